@@ -1,0 +1,1 @@
+"""patched_worker package."""
