@@ -1,0 +1,188 @@
+"""Run the real SGLang 0.5.17 engine on a CPU-only host (CI, demos, correctness tests).
+
+SGLang's kernel package (`sgl_kernel`) is built for CUDA: its op library fails to
+load without libcuda, and its `*_cpu` ops are not in the PyPI wheel. This shim
+
+1. lets `sgl_kernel` import without its CUDA op library and registers plain-torch
+   CPU ops instead (`patched_worker.cpu.ops`);
+2. fixes SGLang 0.5.17's CPU EAGLE attention path: `IntelAMXAttnBackend.forward_extend`
+   and `.forward_decode` overwrite the speculative `seq_lens` (verify: committed +
+   draft tokens; multi-step draft: per-candidate lengths) with `forward_batch.seq_lens`,
+   so topk=1 accepts nothing and topk>1 crashes. Upstream removed both overwrites in
+   0.5.23; the patch can go when the pin moves there;
+3. keeps the `intel_amx` attention backend selected without AMX hardware (it is the
+   only CPU backend with EAGLE draft/verify support); its two kernels come from (1).
+
+Switch it on with `enable()` (sets SPECFLIP_CPU=1 so SGLang's spawned scheduler and
+detokenizer processes activate the import hook at start-up via `specflip_cpu.pth`).
+It refuses to run on a host where CUDA is available.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from types import ModuleType
+
+__all__ = ["ENV_FLAG", "CpuShimError", "enable", "activate_hook", "is_active", "keep_intel_amx_backend"]
+
+ENV_FLAG = "SPECFLIP_CPU"
+_SEQ_LENS_OVERWRITE = "\n        seq_lens = forward_batch.seq_lens\n"
+
+
+class CpuShimError(RuntimeError):
+    """The CPU shim was asked for where it cannot work; the message says what to do."""
+
+
+def _patch_load_utils(module: ModuleType) -> None:
+    """sgl_kernel.load_utils: tolerate the missing CUDA op library, register CPU ops instead."""
+    real = module._load_architecture_specific_ops
+
+    def load() -> object:
+        try:
+            return real()
+        except ImportError:
+            from patched_worker.cpu import ops
+
+            ops.register()
+            return None
+
+    module._load_architecture_specific_ops = load
+    module._preload_cuda_library = lambda *a, **k: None
+
+
+def _patch_intel_amx_backend(module: ModuleType) -> None:
+    """Hand the speculative seq_lens to the attention kernels (SGLang 0.5.23 behaviour).
+
+    Replaces: sglang 0.5.17 srt/layers/attention/intel_amx_backend.py
+    `IntelAMXAttnBackend.forward_extend` / `forward_decode`, the line
+    `seq_lens = forward_batch.seq_lens` after the metadata unpacking. Applied only
+    when that line is present. Remove when the SGLang pin is >= 0.5.23.
+    """
+    cls = module.IntelAMXAttnBackend
+    fix_extend = _SEQ_LENS_OVERWRITE in inspect.getsource(cls.forward_extend)
+    fix_decode = _SEQ_LENS_OVERWRITE in inspect.getsource(cls.forward_decode)
+    if not (fix_extend or fix_decode) or getattr(cls, "_specflip_seq_lens_fix", False):
+        return
+    original_init = cls.__init__
+
+    def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original_init(self, *args, **kwargs)
+        import torch
+
+        if fix_extend:
+            extend = self.extend_attention_fwd
+
+            def extend_attention_fwd(*a):  # type: ignore[no-untyped-def]
+                if self.extend_metadata is not None and self.extend_metadata[0] is not None:
+                    a = (*a[:8], self.extend_metadata[0].to(torch.int64), *a[9:])  # arg 8 = seq_lens
+                return extend(*a)
+
+            self.extend_attention_fwd = extend_attention_fwd
+        if fix_decode:
+            decode = self.decode_attention_fwd
+
+            def decode_attention_fwd(*a):  # type: ignore[no-untyped-def]
+                if self.draft_decode_metadata is not None:
+                    a = (*a[:10], self.draft_decode_metadata[1].to(torch.int64), *a[11:])  # arg 10 = seq_lens
+                return decode(*a)
+
+            self.decode_attention_fwd = decode_attention_fwd
+
+    cls.__init__ = __init__
+    cls._specflip_seq_lens_fix = True
+
+
+_POST_IMPORT: dict[str, Callable[[ModuleType], None]] = {
+    "sgl_kernel.load_utils": _patch_load_utils,
+    "sglang.srt.layers.attention.intel_amx_backend": _patch_intel_amx_backend,
+}
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Runs a patch right after one of the modules in _POST_IMPORT has executed."""
+
+    def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
+        patch = _POST_IMPORT.get(name)
+        if patch is None:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module: ModuleType) -> None:
+            exec_module(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec
+
+
+def activate_hook() -> None:
+    """Install the import hook in this process (idempotent). Runs at start-up via the .pth file."""
+    if not any(isinstance(f, _PostImportFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportFinder())
+
+
+def is_active() -> bool:
+    return any(isinstance(f, _PostImportFinder) for f in sys.meta_path)
+
+
+def keep_intel_amx_backend() -> None:
+    """Keep attention_backend="intel_amx" selected on a CPU without AMX.
+
+    Replaces: sglang 0.5.17 srt/arg_groups/overrides.py, the module-global
+    `cpu_has_amx_support()` consulted by `_attention_backend_platform_fallbacks`,
+    which otherwise silently switches to torch_native (no EAGLE support). Only that
+    module's name is rebound: layers keep their plain-torch paths.
+    """
+    from sglang.srt.arg_groups import overrides
+
+    if "cpu_has_amx_support" not in inspect.getsource(overrides._attention_backend_platform_fallbacks):
+        raise CpuShimError("specflip CPU shim: SGLang's intel_amx fallback moved; update patched_worker/cpu/shim.py")
+    overrides.cpu_has_amx_support = lambda: True
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    try:
+        return torch.cuda.is_available()
+    except Exception:  # a broken driver counts as no CUDA
+        return False
+
+
+def enable() -> None:
+    """Switch the CPU engine on for this process and its children. Call before importing sglang."""
+    if "sgl_kernel" in sys.modules and not is_active():
+        raise CpuShimError(
+            "specflip CPU shim: sgl_kernel was imported before patched_worker.cpu.enable(); "
+            "call enable() first (or set SPECFLIP_CPU=1 in the environment)")
+    if _cuda_available():
+        raise CpuShimError(
+            "specflip CPU shim: CUDA is available on this host; the CPU shim is for CPU-only hosts. "
+            "Use device='cuda' (the default) instead of device='cpu'")
+    if not _pth_installed():
+        raise CpuShimError(
+            "specflip CPU shim: specflip_cpu.pth is missing from site-packages, so SGLang's child processes "
+            "cannot load the shim. Reinstall specflip with pip (`pip install -e .` or `pip install .`)")
+    os.environ[ENV_FLAG] = "1"
+    os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # skips a 15-20 s compile, identical output
+    activate_hook()
+
+
+def _pth_installed() -> bool:
+    import site
+
+    dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    return any(os.path.exists(os.path.join(d, "specflip_cpu.pth")) for d in dirs)

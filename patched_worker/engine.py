@@ -1,0 +1,77 @@
+"""`SpecFlipEngine`: an `sglang.Engine` whose scheduler runs the patched EAGLE-3 worker.
+
+SGLang starts its scheduler in a spawned process, where a patch made in this process
+does not exist. The engine points `run_scheduler_process_func` at a module-level
+function that calls `install()` there first, then runs SGLang's scheduler.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+
+from sglang.srt.entrypoints.engine import Engine
+import zmq
+from sglang.srt.managers.io_struct import RpcReqInput, RpcReqOutput, sock_recv, sock_send
+
+from patched_worker.install import run_scheduler_process
+from patched_worker.state import SpeculationState, SwitchConfig
+from patched_worker.version import check_sglang_version
+
+__all__ = ["SpecFlipEngine", "SpeculationRpcError", "cpu_engine_kwargs"]
+
+
+class SpeculationRpcError(RuntimeError):
+    """The scheduler refused a speculation-control call; the message says why."""
+
+
+class SpecFlipEngine(Engine):
+    """sglang.Engine + `set_speculation(enabled)` / `get_speculation_state()`.
+
+    switch: scheduler-side settings (strategy while OFF, initial mode). Every other
+    keyword goes to `sglang.Engine` unchanged.
+    """
+
+    def __init__(self, switch: SwitchConfig | None = None, **engine_kwargs):
+        check_sglang_version()
+        self.switch_config = switch or SwitchConfig()
+        self.run_scheduler_process_func = functools.partial(run_scheduler_process, self.switch_config.to_json())
+        self._rpc_lock = threading.Lock()
+        super().__init__(**engine_kwargs)
+
+    def _specflip_rpc(self, method: str, **params) -> dict:
+        """Collective RPC to every scheduler rank; the JSON result comes back in the reply."""
+        if self.send_to_rpc is None:
+            raise SpeculationRpcError("speculation control is only reachable from node rank 0")
+        with self._rpc_lock:  # one zmq DEALER socket: one request in flight
+            sock_send(self.send_to_rpc, RpcReqInput(method=method, parameters=params or None))
+            reply = sock_recv(self.send_to_rpc, flags=zmq.BLOCKY)
+        if not isinstance(reply, RpcReqOutput) or not reply.success:
+            raise SpeculationRpcError(getattr(reply, "message", repr(reply)))
+        return json.loads(reply.message)
+
+    def set_speculation(self, enabled: bool) -> None:
+        """Ask for speculation ON or OFF; applied at the next decode step (idempotent)."""
+        self._specflip_rpc("specflip_set_speculation", enabled=bool(enabled))
+
+    def get_speculation_state(self) -> SpeculationState:
+        return SpeculationState.from_json(json.dumps(self._specflip_rpc("specflip_state")))
+
+
+def cpu_engine_kwargs(model_path: str, draft_path: str | None, *, steps: int = 3, topk: int = 1,
+                      draft_tokens: int = 4, max_total_tokens: int = 8192, **extra) -> dict:
+    """Engine keywords that run the real engine on CPU (fp32, eager, the shim's attention backend)."""
+    kw = dict(model_path=model_path, device="cpu", dtype="float32", disable_cuda_graph=True,
+              max_total_tokens=max_total_tokens, skip_server_warmup=True, log_level="error",
+              attention_backend="torch_native")
+    if draft_path:
+        from patched_worker.cpu.shim import keep_intel_amx_backend
+
+        keep_intel_amx_backend()
+        kw.update(attention_backend="intel_amx", speculative_algorithm="EAGLE3",
+                  speculative_draft_model_path=draft_path, speculative_num_steps=steps,
+                  speculative_eagle_topk=topk, speculative_num_draft_tokens=draft_tokens)
+    kw.update(extra)
+    return kw
+

@@ -1,0 +1,119 @@
+"""`install()`: the one entry point that patches SGLang, inside its scheduler process.
+
+Patched (sglang 0.5.17 only; `check_sglang_version` refuses anything else):
+- `EAGLEWorkerV2.forward_batch_generation` (srt/speculative/eagle_worker_v2.py:1103):
+  decode steps go through `SpecSwitch.decode_step`; extend steps run upstream unchanged.
+- `EAGLEWorkerV2.on_verify_complete_cpu` (:1285): also feeds the switch's accept-length EMA.
+- `Scheduler.handle_rpc_request` (srt/managers/scheduler.py:4304): methods named
+  `specflip_*` return their JSON result in `RpcReqOutput.message` (upstream returns "").
+- `Scheduler.specflip_set_speculation` / `Scheduler.specflip_state`: new RPC targets.
+These go when SGLang ships a runtime speculation switch with a plain-decode OFF mode.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+
+from patched_worker.state import SwitchConfig
+from patched_worker.version import check_sglang_version
+
+__all__ = ["PatchStatus", "install", "switch_of"]
+
+_CONFIG = SwitchConfig()
+_INSTALLED: PatchStatus | None = None
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    patched: bool
+    sglang_version: str
+    targets: tuple[str, ...]
+
+
+def switch_of(worker):
+    """The worker's SpecSwitch, created on first use."""
+    sw = getattr(worker, "_specflip_switch", None)
+    if sw is None:
+        from patched_worker.switch import SpecSwitch
+
+        sw = worker._specflip_switch = SpecSwitch(worker, _CONFIG)
+    return sw
+
+
+def install(config: SwitchConfig | None = None) -> PatchStatus:
+    """Patch SGLang in this process (idempotent). Raises UnsupportedSGLangVersion on other releases."""
+    global _INSTALLED, _CONFIG
+    if config is not None:
+        _CONFIG = config
+    if _INSTALLED is not None:
+        return _INSTALLED
+    version = check_sglang_version()
+    from sglang.srt.managers.io_struct import RpcReqOutput
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
+
+    upstream_forward = EAGLEWorkerV2.forward_batch_generation
+    upstream_verify_complete = EAGLEWorkerV2.on_verify_complete_cpu
+    upstream_rpc = Scheduler.handle_rpc_request
+
+    @functools.wraps(upstream_forward)
+    def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
+        if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+            return upstream_forward(self, batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
+        return switch_of(self).decode_step(functools.partial(upstream_forward, self), batch, on_publish,
+                                           grammar_barrier)
+
+    @functools.wraps(upstream_verify_complete)
+    def on_verify_complete_cpu(self, num_correct_drafts_per_req, batch_size=0):
+        switch_of(self).on_results(num_correct_drafts_per_req, batch_size)
+        return upstream_verify_complete(self, num_correct_drafts_per_req, batch_size=batch_size)
+
+    def _switch(scheduler):
+        worker = getattr(scheduler, "draft_worker", None)
+        if not isinstance(worker, EAGLEWorkerV2):
+            raise RuntimeError("this engine runs no EAGLE speculative decoding (speculative_algorithm unset, "
+                               f"or a worker specflip does not patch: {type(worker).__name__})")
+        return switch_of(worker)
+
+    def specflip_set_speculation(self, enabled: bool) -> dict:
+        _switch(self).request(enabled)
+        return {"requested": bool(enabled)}
+
+    def specflip_state(self) -> dict:
+        running = len(self.running_batch.reqs) if self.running_batch is not None else 0
+        state = _switch(self).state(running, len(self.waiting_queue), version)
+        return json.loads(state.to_json())
+
+    @functools.wraps(upstream_rpc)
+    def handle_rpc_request(self, recv_req):
+        if not recv_req.method.startswith("specflip_"):
+            return upstream_rpc(self, recv_req)
+        from torch.distributed import barrier
+
+        try:
+            payload = getattr(self, recv_req.method)(**(recv_req.parameters or {}))
+            out = RpcReqOutput(success=True, message=json.dumps(payload))
+        except Exception as e:  # reported to the caller, the scheduler keeps running
+            out = RpcReqOutput(success=False, message=f"{type(e).__name__}: {e}")
+        barrier(group=self.tp_group.cpu_group)
+        return out
+
+    EAGLEWorkerV2.forward_batch_generation = forward_batch_generation
+    EAGLEWorkerV2.on_verify_complete_cpu = on_verify_complete_cpu
+    Scheduler.handle_rpc_request = handle_rpc_request
+    Scheduler.specflip_set_speculation = specflip_set_speculation
+    Scheduler.specflip_state = specflip_state
+    _INSTALLED = PatchStatus(True, version, (
+        "EAGLEWorkerV2.forward_batch_generation", "EAGLEWorkerV2.on_verify_complete_cpu",
+        "Scheduler.handle_rpc_request", "Scheduler.specflip_set_speculation", "Scheduler.specflip_state"))
+    return _INSTALLED
+
+
+def run_scheduler_process(config_json: str, *args, **kwargs):
+    """Target of SGLang's scheduler subprocess: patch, then run the real scheduler."""
+    install(SwitchConfig.from_json(config_json))
+    from sglang.srt.managers.scheduler import run_scheduler_process as upstream
+
+    return upstream(*args, **kwargs)

@@ -1,0 +1,58 @@
+"""The tiny Llama target: config and a short next-token training run on local text."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["target_config", "train_target", "token_stream"]
+
+
+def target_config(tokenizer, hidden: int, layers: int, intermediate: int, heads: int, kv_heads: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        head_dim=hidden // heads, max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False, torch_dtype="float32",
+    )
+
+
+def token_stream(tokenizer, texts: list[str]) -> torch.Tensor:
+    """All texts tokenized and joined with EOS, as one long int64 tensor."""
+    ids: list[int] = []
+    for enc in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+        ids += enc + [tokenizer.eos_token_id]
+    return torch.tensor(ids, dtype=torch.int64)
+
+
+def train_target(model, stream: torch.Tensor, *, steps: int, batch: int, seq: int, lr: float, seed: int,
+                 log: Callable[[str], None]) -> float:
+    """AdamW with warm-up and cosine decay on random windows of `stream`; returns the last loss."""
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    model.train()
+    t0, ema = time.time(), None
+    for step in range(steps):
+        starts = torch.randint(0, stream.numel() - seq, (batch,), generator=g)
+        x = torch.stack([stream[s: s + seq] for s in starts.tolist()])
+        loss = model(input_ids=x, labels=x).loss  # HF shifts the labels by one internally
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+        if (step + 1) % max(1, steps // 10) == 0 or step + 1 == steps:
+            rate = (step + 1) * batch * seq / (time.time() - t0)
+            log(f"target step {step + 1}/{steps} loss {ema:.3f} ({rate / 1000:.1f}k tok/s)")
+    model.eval()
+    return float(ema or 0.0)

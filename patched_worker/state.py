@@ -1,0 +1,68 @@
+"""Plain data describing the speculation switch; no SGLang or torch imports."""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["Strategy", "SwitchConfig", "SpeculationState"]
+
+
+class Strategy(str, enum.Enum):
+    """What happens to the draft model while speculation is OFF."""
+
+    WARM_KV = "warm_kv"  # write only the draft layer's K/V for each new position (cheap, stays warm)
+    FULL_EXTEND = "full_extend"  # run the draft forward every OFF step (upstream steps=0 behaviour)
+    COLD = "cold"  # no draft work, no resync: a counter-example, never a default
+
+
+@dataclass(frozen=True)
+class SwitchConfig:
+    """Scheduler-side settings, handed to SGLang's spawned scheduler process."""
+
+    strategy: Strategy = Strategy.WARM_KV
+    start_enabled: bool = True
+    accept_ema_alpha: float = 0.2
+    trace_len: int = 256  # recent per-step records kept for state queries
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "strategy": self.strategy.value})
+
+    @classmethod
+    def from_json(cls, text: str) -> SwitchConfig:
+        raw = json.loads(text)
+        return cls(**{**raw, "strategy": Strategy(raw["strategy"])})
+
+
+@dataclass(frozen=True)
+class SpeculationState:
+    """What `SpecFlipEngine.get_speculation_state()` returns."""
+
+    enabled: bool  # speculation in effect for the next decode step
+    requested: bool  # last mode asked for (differs from `enabled` until the next decode step)
+    strategy: Strategy
+    steps: int
+    topk: int
+    draft_tokens: int
+    toggles: int  # flips applied so far
+    accept_length_ema: float | None  # accepted tokens per verify while ON (EMA over steps)
+    on_steps: int
+    off_steps: int
+    resyncs: int
+    running: int
+    waiting: int
+    patched: bool = True
+    sglang_version: str = ""
+    # recent decode steps: (step index, mode "on"/"off"/"resync", batch size, mean accept length)
+    trace: list[tuple[int, str, int, float]] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, text: str) -> SpeculationState:
+        raw = json.loads(text)
+        raw["strategy"] = Strategy(raw["strategy"])
+        raw["trace"] = [tuple(t) for t in raw.get("trace", [])]
+        return cls(**raw)
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "strategy": self.strategy.value})

@@ -1,0 +1,108 @@
+"""The per-worker speculation switch, run inside SGLang's scheduler process.
+
+A flip is requested by RPC (between scheduler iterations, on every TP rank at the same
+iteration) and applied at the top of the next decode step:
+
+- ON -> OFF: this step is already a plain decode.
+- OFF -> ON: this step is a plain decode followed by the decode-mode draft resync (a
+  one-token draft extend at the new position, which refreshes the draft's top-k and
+  hidden state); the following step drafts again. Strategy `cold` skips the resync.
+
+Extend (prefill) batches always run upstream's path, which keeps the draft prefill in
+both modes, so requests prefilled while OFF have a complete draft KV.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+from patched_worker import draft_sync, off_decode
+from patched_worker.state import SpeculationState, Strategy, SwitchConfig
+
+__all__ = ["SpecSwitch"]
+
+
+class SpecSwitch:
+    def __init__(self, worker, config: SwitchConfig):
+        self.worker = worker
+        self.config = config
+        self.enabled = config.start_enabled
+        self.requested = config.start_enabled
+        self.toggles = self.on_steps = self.off_steps = self.resyncs = 0
+        self.accept_ema: float | None = None
+        self.plain_decode_graphs = None  # set by patched_worker.cuda_graphs on CUDA hosts
+        self._step = 0
+        self._launched: collections.deque[tuple[int, str, int]] = collections.deque(maxlen=4096)
+        self.trace: collections.deque[tuple[int, str, int, float]] = collections.deque(maxlen=config.trace_len)
+        self._lock = threading.Lock()
+
+    def request(self, enabled: bool) -> None:
+        self.requested = bool(enabled)
+
+    def _apply(self, enabled: bool) -> None:
+        if enabled != self.enabled:
+            self.enabled = enabled
+            self.toggles += 1
+
+    def decode_step(self, upstream, batch, on_publish, grammar_barrier):
+        """One decode iteration: upstream EAGLE-3 when ON, a plain decode when OFF."""
+        if batch.forward_mode.is_idle():
+            return upstream(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
+        if self.requested != self.enabled and (not self.requested or self.config.strategy is Strategy.COLD):
+            self._apply(self.requested)  # OFF takes effect now; cold ON too (no resync)
+        bs = len(batch.seq_lens)
+        if self.enabled:
+            self.on_steps += 1
+            self._launch("on", bs)
+            return upstream(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
+
+        strategy = self.config.strategy
+        resync = self.requested  # ON pending: this OFF step doubles as the draft resync
+        result = off_decode.run_off_decode(
+            self.worker, batch, on_publish, capture_aux=resync or strategy is not Strategy.COLD,
+            graph_runner=self.plain_decode_graphs)
+        if resync or strategy is Strategy.FULL_EXTEND:
+            draft_sync.draft_extend_one(self.worker, batch, result)
+        elif strategy is Strategy.WARM_KV:
+            draft_sync.write_draft_kv(self.worker, batch, result)
+            draft_sync.stub_draft_state(self.worker, batch, result)
+        else:
+            draft_sync.stub_draft_state(self.worker, batch, result)
+        self.off_steps += 1
+        if resync:
+            self.resyncs += 1
+            self._apply(True)
+        self._launch("resync" if resync else "off", bs)
+        return result
+
+    def _launch(self, kind: str, bs: int) -> None:
+        self._step += 1
+        with self._lock:
+            self._launched.append((self._step, kind, bs))
+
+    def on_results(self, correct_drafts_per_req: list[int], batch_size: int) -> None:
+        """Called in launch order with each decode result's CPU accept counts."""
+        with self._lock:
+            while self._launched:
+                step, kind, bs = self._launched.popleft()
+                if bs == batch_size:
+                    break
+            else:
+                return
+        if not correct_drafts_per_req:
+            return
+        mean_accept = 1.0 + sum(correct_drafts_per_req) / len(correct_drafts_per_req)
+        self.trace.append((step, kind, bs, mean_accept))
+        if kind == "on":
+            a = self.config.accept_ema_alpha
+            self.accept_ema = mean_accept if self.accept_ema is None else (1 - a) * self.accept_ema + a * mean_accept
+
+    def state(self, running: int, waiting: int, version: str) -> SpeculationState:
+        w = self.worker
+        return SpeculationState(
+            enabled=self.enabled, requested=self.requested, strategy=self.config.strategy,
+            steps=w.speculative_num_steps, topk=w.topk, draft_tokens=w.speculative_num_draft_tokens,
+            toggles=self.toggles, accept_length_ema=self.accept_ema, on_steps=self.on_steps,
+            off_steps=self.off_steps, resyncs=self.resyncs, running=running, waiting=waiting,
+            patched=True, sglang_version=version, trace=list(self.trace))
