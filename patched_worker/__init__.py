@@ -1,1 +1,30 @@
-"""patched_worker package."""
+"""Everything that touches SGLang internals: the speculation switch, its install path, the CPU shim.
+
+Importing this package imports no SGLang or torch (the CPU boot hook imports it at
+interpreter start-up); the names below load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = [
+    "SGLANG_VERSION", "SpecFlipEngine", "SpeculationState", "Strategy", "SwitchConfig", "cpu_engine_kwargs",
+    "install",
+]
+
+_LAZY = {
+    "SGLANG_VERSION": "patched_worker.version",
+    "SpecFlipEngine": "patched_worker.engine",
+    "cpu_engine_kwargs": "patched_worker.engine",
+    "SpeculationState": "patched_worker.state",
+    "Strategy": "patched_worker.state",
+    "SwitchConfig": "patched_worker.state",
+    "install": "patched_worker.install",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'patched_worker' has no attribute {name!r}")
