@@ -4,8 +4,10 @@ An engine step costs `base + per_req * batch` seconds in each mode; a step yield
 token per request with speculation OFF and `accept_length` tokens per request ON
 (SmartSpec/TurboSpec: goodput = accepted tokens / batch execution time). A report gives
 a step time back: at output `tok_s` and mean batch `b`, `step = b * tokens_per_step / tok_s`.
-Each replica's fit is weighted least squares over its reports (older ones decayed by
-`fit_decay` per report of that mode) plus a prior: two pseudo-reports on the config's
+Each replica's fit is weighted least squares over its reports (every report decays
+both modes' older reports by `fit_decay`, so what a replica learnt about the mode it is
+not in fades back to the prior: bounded re-exploration instead of a belief frozen by
+one bad tick) plus a prior: two pseudo-reports on the config's
 prior line at batch 1 and `batch_cap` (weight `prior_weight` each), so a replica that
 only ever ran one batch size still gets a well-posed slope, and one never seen ON
 predicts ON from the prior.
@@ -70,7 +72,7 @@ class FitTable:
     ids: tuple[str, ...]
     on: Floats  # (5, n) decayed sums of ON reports
     off: Floats  # (5, n) decayed sums of OFF reports
-    accept: Floats  # (n,) last accept length reported while ON; NaN: none yet
+    accept: Floats  # (n,) last accept length reported; NaN: none yet
     fitted_at: Floats  # (n,) reported_at of the last report folded in; NaN: none
 
     @staticmethod
@@ -119,9 +121,10 @@ def _solve(sums: Floats, prior: Prior) -> tuple[Floats, Floats]:
     return base, per_req
 
 
-def _fold(sums: Floats, mask: Floats, x: Floats, y: Floats, decay: float) -> Floats:
+def _fold(sums: Floats, new: Floats, in_mode: Floats, x: Floats, y: Floats, decay: float) -> Floats:
+    """Decay every replica that reported this tick; add the point to those in this mode."""
     point = np.stack([np.ones_like(x), x, y, x * x, x * y])
-    return np.where(mask, sums * decay + point, sums)
+    return np.where(new, sums * decay + np.where(in_mode, point, 0.0), sums)
 
 
 def goodput_tick(
@@ -138,12 +141,13 @@ def goodput_tick(
     )
     at = np.array([o.reported_at for o in observations])
 
-    accept = np.where(on_mode & ~np.isnan(seen_accept), seen_accept, table.accept)
+    # the engine's EMA only moves while ON, so an OFF replica reports its last ON value: use it
+    accept = np.where(np.isnan(seen_accept), table.accept, seen_accept)
     a = np.where(np.isnan(accept), config.default_accept_length, accept)
     new = (tok_s > 0) & (batch_obs >= 1) & (at != table.fitted_at)  # NaN != x: never-fitted slots count
     step = batch_obs * np.where(on_mode, a, 1.0) / np.where(new, tok_s, 1.0)  # step = b * tokens/step / tok_s
-    on = _fold(table.on, new & on_mode, batch_obs, step, config.fit_decay)
-    off = _fold(table.off, new & ~on_mode, batch_obs, step, config.fit_decay)
+    on = _fold(table.on, new, on_mode, batch_obs, step, config.fit_decay)
+    off = _fold(table.off, new, ~on_mode, batch_obs, step, config.fit_decay)
     fitted_at = np.where(new, at, table.fitted_at)
 
     b = np.clip(np.array(loads, float), 1.0, float(config.batch_cap))

@@ -132,7 +132,7 @@ def decide(
         if fresh and rs.desired is _ON:
             on_count += 1
 
-    budget = config.max_flips_per_tick if config.max_flips_per_tick is not None else len(wishes)
+    budget = config.max_flips_per_tick if config.max_flips_per_tick is not None else len(obs_list)
     wishes.sort(key=lambda w: (w.target is not _OFF, -w.gap, w.replica_id))
     flipped: set[str] = set()
     slot = {rid: i for i, rid in enumerate(latest)} if wishes else {}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ClientDecision",
+    "ClientState",
     "Decision",
     "DecisionSource",
     "FleetStatus",
@@ -141,6 +142,16 @@ class ClientDecision:
 
 
 @dataclass(frozen=True)
+class ClientState:
+    """A PolicyClient's own state, for the replica's status and logs."""
+
+    source: DecisionSource  # where the last decision came from
+    consecutive_failures: int  # failed round trips to the actor in a row
+    last_error: str | None  # the last failure, one line
+    desired: SpecMode | None  # the last desired mode handed out (None before the first report)
+
+
+@dataclass(frozen=True)
 class PolicyConfig:
     """Everything the rules and the actor are tuned by. Every field has a usable default.
 
@@ -176,7 +187,7 @@ class PolicyConfig:
     on_step_per_req_s: float = 4.18e-4
     # weight of the prior, in reports, at each of two pseudo-points (batch 1 and batch_cap)
     prior_weight: float = 2.0
-    # per-report decay of older reports in the online fit (1.0: never forget)
+    # per-report decay of older reports in the online fit, both modes (1.0: never forget)
     fit_decay: float = 0.95
     # actor: seconds between ticks, and seconds without a report before a replica is forgotten
     tick_s: float = 1.0
