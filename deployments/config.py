@@ -14,10 +14,19 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from patched_worker.state import Strategy, SwitchConfig
+from policy.types import LoadMetric, PolicyConfig, Rule
 
 __all__ = [
-    "ConfigError", "Device", "EngineSettings", "ModelSettings", "PolicySettings", "ReplicaSettings",
-    "ServeSettings", "SpecFlipConfig", "SpeculationSettings", "load_config",
+    "ConfigError",
+    "Device",
+    "EngineSettings",
+    "ModelSettings",
+    "PolicySettings",
+    "ReplicaSettings",
+    "ServeSettings",
+    "SpecFlipConfig",
+    "SpeculationSettings",
+    "load_config",
 ]
 
 
@@ -29,7 +38,7 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
 
 
-class Device(str, enum.Enum):
+class Device(enum.StrEnum):
     CUDA = "cuda"
     CPU = "cpu"
 
@@ -37,7 +46,9 @@ class Device(str, enum.Enum):
 class ModelSettings(_Frozen):
     id: str = Field("specflip", description="Model name clients pass as `model` in OpenAI requests.")
     path: str = Field(..., description="Target model directory (HF format) on every replica's filesystem.")
-    draft_path: str | None = Field(None, description="EAGLE-3 draft directory; None serves without speculation.")
+    draft_path: str | None = Field(
+        None, description="EAGLE-3 draft directory; None serves without speculation."
+    )
     tokenizer_path: str | None = Field(None, description="Tokenizer directory if not the target's.")
 
 
@@ -45,84 +56,211 @@ class SpeculationSettings(_Frozen):
     steps: int = Field(3, ge=1, le=16, description="Draft steps per verify while ON.")
     topk: int = Field(1, ge=1, le=16, description="Draft branches per step (1 = chain).")
     draft_tokens: int = Field(4, ge=2, le=256, description="Tokens verified per step while ON.")
-    strategy: Strategy = Field(Strategy.WARM_KV, description="Draft upkeep while OFF: warm_kv | full_extend | cold.")
+    strategy: Strategy = Field(
+        Strategy.WARM_KV, description="Draft upkeep while OFF: warm_kv | full_extend | cold."
+    )
     start_enabled: bool = Field(True, description="Mode of a replica before the policy's first decision.")
 
     @model_validator(mode="after")
     def _shape(self) -> SpeculationSettings:
         if self.topk == 1 and self.draft_tokens != self.steps + 1:
-            raise ValueError(f"with topk=1, draft_tokens must be steps+1 (= {self.steps + 1}), got {self.draft_tokens}")
+            raise ValueError(
+                f"with topk=1, draft_tokens must be steps+1 (= {self.steps + 1}), got {self.draft_tokens}"
+            )
         if self.draft_tokens > self.steps * self.topk + 1:
-            raise ValueError(f"draft_tokens {self.draft_tokens} exceeds steps*topk+1 = {self.steps * self.topk + 1}")
+            raise ValueError(
+                f"draft_tokens {self.draft_tokens} exceeds steps*topk+1 = {self.steps * self.topk + 1}"
+            )
         return self
 
     def switch_config(self) -> SwitchConfig:
         return SwitchConfig(strategy=self.strategy, start_enabled=self.start_enabled)
 
 
+_P = PolicyConfig()  # the policy package's defaults are the config's defaults
+# goodput rule with this margin never proposes a flip: `policy.enabled: false` (overrides still apply)
+_NEVER_MARGIN = 1e12
+
+
 class PolicySettings(_Frozen):
-    enabled: bool = Field(True, description="Run the central policy; false keeps every replica at start_enabled "
-                                            "unless overridden.")
-    rule: str = Field("threshold", pattern="^(threshold|goodput)$", description="Decision rule: threshold | goodput.")
-    load_metric: str = Field("running_plus_waiting", pattern="^(running_plus_waiting|running|waiting)$",
-                             description="What counts as a replica's load.")
-    high: float = Field(16, gt=0, description="threshold: turn speculation OFF when load >= high.")
-    low: float = Field(6, ge=0, description="threshold: turn speculation back ON when load <= low.")
-    dwell_s: float = Field(5.0, ge=0, description="Minimum seconds between two flips of one replica.")
-    margin: float = Field(0.05, ge=0, description="goodput: flip only if the predicted gain exceeds this fraction.")
-    tick_s: float = Field(0.5, gt=0, le=60, description="Seconds between a replica's load reports.")
-    max_flips_per_tick: int = Field(1, ge=1, description="Fleet limit: replicas flipped per policy tick.")
-    min_on_replicas: int = Field(0, ge=0, description="Keep at least this many replicas ON for latency traffic.")
-    stale_after_s: float = Field(5.0, gt=0, description="A replica whose last report is older is never flipped.")
-    ttl_s: float = Field(30.0, gt=0, description="Forget a replica that has not reported for this long.")
-    fallback_after_ticks: int = Field(3, ge=1, description="Replica decides locally after this many failed reports.")
-    actor_name: str = Field("specflip-policy", description="Name of the policy actor in the Ray namespace.")
+    enabled: bool = Field(
+        True,
+        description="Run the central policy; false keeps every replica at "
+        "speculation.start_enabled unless an operator overrides it.",
+    )
+    rule: Rule = Field(
+        _P.rule,
+        description="Decision rule: threshold (hysteresis on load) | goodput (predicted "
+        "tok/s with vs without speculation).",
+    )
+    load_metric: LoadMetric = Field(
+        _P.load_metric, description="What counts as a replica's load: running+waiting | running | waiting."
+    )
+    high: float = Field(_P.high, gt=0, description="threshold: turn speculation OFF when load >= high.")
+    low: float = Field(_P.low, ge=0, description="threshold: turn speculation back ON when load <= low.")
+    dwell_s: float = Field(_P.dwell_s, ge=0, description="Minimum seconds between two flips of one replica.")
+    goodput_margin: float = Field(
+        _P.goodput_margin,
+        ge=0,
+        description="goodput: flip only if the other mode is predicted better by this fraction.",
+    )
+    default_accept_length: float = Field(
+        _P.default_accept_length,
+        ge=1,
+        description="goodput: accept length assumed until a replica reports one.",
+    )
+    max_flips_per_tick: int | None = Field(
+        _P.max_flips_per_tick,
+        ge=1,
+        description="Fleet limit: rule flips per policy tick; null = no limit (overrides never count).",
+    )
+    min_on_replicas: int = Field(
+        _P.min_on_replicas, ge=0, description="Keep at least this many replicas ON for latency traffic."
+    )
+    stale_after_s: float = Field(
+        _P.stale_after_s, gt=0, description="A replica whose last report is older is never flipped."
+    )
+    tick_s: float = Field(_P.tick_s, gt=0, le=60, description="Seconds between two policy decisions (actor).")
+    ttl_s: float = Field(_P.ttl_s, gt=0, description="Forget a replica that has not reported for this long.")
+    actor_name: str = Field(
+        "specflip-policy", min_length=1, description="Name of the policy actor in the Serve namespace."
+    )
 
     @model_validator(mode="after")
-    def _band(self) -> PolicySettings:
-        if self.low >= self.high:
-            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+    def _consistent(self) -> PolicySettings:
+        self.to_policy_config()  # the policy package's own checks, as one-line errors
         return self
+
+    def to_policy_config(self, batch_cap: int | None = None) -> PolicyConfig:
+        """The policy package's PolicyConfig; with `enabled: false` a rule that never proposes a flip."""
+        kw: dict[str, Any] = dict(
+            rule=self.rule,
+            load_metric=self.load_metric,
+            high=self.high,
+            low=self.low,
+            dwell_s=self.dwell_s,
+            goodput_margin=self.goodput_margin,
+            default_accept_length=self.default_accept_length,
+            max_flips_per_tick=self.max_flips_per_tick,
+            min_on_replicas=self.min_on_replicas,
+            stale_after_s=self.stale_after_s,
+            tick_s=self.tick_s,
+            ttl_s=self.ttl_s,
+        )
+        if batch_cap is not None:
+            kw["batch_cap"] = batch_cap
+        if not self.enabled:
+            kw.update(rule=Rule.GOODPUT, goodput_margin=_NEVER_MARGIN, min_on_replicas=0)
+        try:
+            return PolicyConfig(**kw)
+        except ValueError as e:
+            raise ValueError(str(e).removeprefix("PolicyConfig: ")) from None
 
 
 class EngineSettings(_Frozen):
     device: Device = Field(Device.CUDA, description="cuda (one GPU per replica) or cpu (tests, demos).")
     dtype: str = Field("auto", description="Model dtype; cpu runs float32.")
-    attention_backend: str | None = Field(None, description="None picks flashinfer on cuda, intel_amx/torch_native "
-                                                            "on cpu.")
-    max_running_requests: int = Field(128, ge=1, description="Decode batch cap (SGLang defaults to 48 with "
-                                                             "speculation).")
-    max_total_tokens: int | None = Field(None, ge=256, description="KV cache size in tokens; None = from memory.")
-    mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="GPU memory fraction for weights + KV.")
+    attention_backend: str | None = Field(
+        None, description="None picks flashinfer on cuda, intel_amx/torch_native on cpu."
+    )
+    max_running_requests: int = Field(
+        128, ge=1, description="Decode batch cap (SGLang defaults to 48 with speculation)."
+    )
+    max_total_tokens: int | None = Field(
+        None, ge=256, description="KV cache size in tokens; None = from memory (cpu: 8192)."
+    )
+    context_length: int | None = Field(
+        None,
+        ge=16,
+        description="Max prompt + output tokens; None = the model's. Requests beyond it get a 400.",
+    )
+    mem_fraction_static: float | None = Field(
+        None, gt=0, lt=1, description="GPU memory fraction for weights + KV."
+    )
     disable_cuda_graph: bool = Field(False, description="Run eager (always true on cpu).")
     load_format: str | None = Field(None, description="'dummy' for random weights (benchmarks).")
-    extra: dict[str, Any] = Field(default_factory=dict, description="Other sglang.Engine keywords, passed as-is.")
+    extra: dict[str, Any] = Field(
+        default_factory=dict, description="Other sglang.Engine keywords, passed as-is."
+    )
 
 
 class ReplicaSettings(_Frozen):
-    count: int = Field(2, ge=1, le=1024, description="Number of engine replicas.")
-    num_gpus: float = Field(1.0, ge=0, description="GPUs per replica (cuda).")
-    num_cpus: float = Field(1.0, ge=0, description="CPUs per replica.")
+    count: int = Field(2, ge=1, le=1024, description="Number of engine replicas (fixed; no autoscaling).")
+    num_gpus: float = Field(1.0, ge=0, description="GPUs per replica (cuda); ignored on cpu.")
+    num_cpus: float = Field(1.0, ge=0, description="CPUs per replica (Ray resource).")
+    max_ongoing_requests: int = Field(
+        256,
+        ge=1,
+        description="Requests Ray Serve sends one replica at once; the engine queues what it cannot run.",
+    )
+    tick_s: float = Field(
+        0.5,
+        gt=0,
+        le=60,
+        description="Seconds between a replica's load reports to the policy (and mode updates it applies).",
+    )
+    report_timeout_s: float = Field(1.0, gt=0, description="Timeout of one report to the policy actor.")
+    fallback_after_ticks: int = Field(
+        3,
+        ge=1,
+        description="After this many failed reports in a row the replica decides locally on its own load.",
+    )
+    health_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Engine probe timeout of a health check (Ray Serve restarts a replica that fails it).",
+    )
 
 
 class ServeSettings(_Frozen):
     route_prefix: str = Field("/", pattern="^/", description="HTTP route prefix of the OpenAI API.")
     host: str = Field("0.0.0.0", description="HTTP bind address.")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port (API, /specflip control and /metrics).")
-    control_token: str | None = Field(None, description="Bearer token for control endpoints; falls back to "
-                                                        "$SPECFLIP_CONTROL_TOKEN; control is refused if unset.")
+    control_token: str | None = Field(
+        None,
+        description="Bearer token for control endpoints; falls back to "
+        "$SPECFLIP_CONTROL_TOKEN; control is refused if unset.",
+    )
 
     def resolved_token(self) -> str | None:
         return self.control_token or os.environ.get("SPECFLIP_CONTROL_TOKEN") or None
 
 
 class SpecFlipConfig(_Frozen):
-    model: ModelSettings
-    speculation: SpeculationSettings = Field(default_factory=SpeculationSettings)
-    policy: PolicySettings = Field(default_factory=PolicySettings)
-    engine: EngineSettings = Field(default_factory=EngineSettings)
-    replicas: ReplicaSettings = Field(default_factory=ReplicaSettings)
-    serve: ServeSettings = Field(default_factory=ServeSettings)
+    model: ModelSettings = Field(..., description="What to serve.")
+    speculation: SpeculationSettings = Field(
+        default_factory=SpeculationSettings,
+        description="EAGLE-3 shape while ON and the draft upkeep while OFF.",
+    )
+    policy: PolicySettings = Field(default_factory=PolicySettings, description="The central ON/OFF policy.")
+    engine: EngineSettings = Field(
+        default_factory=EngineSettings, description="SGLang engine of each replica."
+    )
+    replicas: ReplicaSettings = Field(
+        default_factory=ReplicaSettings, description="How many, and their resources and ticks."
+    )
+    serve: ServeSettings = Field(default_factory=ServeSettings, description="HTTP side: prefix, port, token.")
+
+    @model_validator(mode="after")
+    def _placement(self) -> SpecFlipConfig:
+        if self.engine.device is Device.CUDA and self.replicas.num_gpus <= 0:
+            raise ValueError(
+                "engine.device is cuda but replicas.num_gpus is 0: set num_gpus > 0, or device: cpu"
+            )
+        if self.policy.min_on_replicas > self.replicas.count:
+            raise ValueError(
+                f"policy.min_on_replicas ({self.policy.min_on_replicas}) exceeds replicas.count "
+                f"({self.replicas.count})"
+            )
+        return self
+
+    @property
+    def speculative(self) -> bool:
+        """True when a draft is configured (the engine runs EAGLE-3 and the policy may flip it)."""
+        return self.model.draft_path is not None
+
+    def policy_config(self) -> PolicyConfig:
+        return self.policy.to_policy_config(batch_cap=self.engine.max_running_requests)
 
     @classmethod
     def parse(cls, data: dict[str, Any], source: str = "config") -> SpecFlipConfig:
@@ -133,7 +271,8 @@ class SpecFlipConfig(_Frozen):
             first = e.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "(top level)"
             more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-            raise ConfigError(f"{source}: {where}: {first['msg']}{more}") from None
+            msg = str(first["msg"]).removeprefix("Value error, ")
+            raise ConfigError(f"{source}: {where}: {msg}{more}") from None
 
 
 def load_config(path: str) -> SpecFlipConfig:
