@@ -1,0 +1,192 @@
+"""A replica's control loop: every tick read the engine's speculation state, report it to the
+policy, and apply the desired mode. Also the engine probe the health check uses.
+
+Engine calls are blocking zmq round trips to the scheduler (up to one scheduler iteration),
+so they run in a thread. At most one state read is in flight: a tick and a health check
+that overlap share it, and a hung scheduler never piles up threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from deployments.engine import ReplicaEngine
+from patched_worker.state import SpeculationState
+from policy.types import ClientDecision, ClientState, Observation, SpecMode
+
+__all__ = ["EngineUnhealthy", "PolicyReporter", "SpeculationLoop"]
+
+log = logging.getLogger(__name__)
+
+
+class EngineUnhealthy(RuntimeError):
+    """The engine did not answer a probe; the message says how."""
+
+
+class PolicyReporter(Protocol):
+    """What the loop needs of `policy.actor.PolicyClient`."""
+
+    @property
+    def state(self) -> ClientState: ...
+
+    async def report_async(self, obs: Observation) -> ClientDecision: ...
+
+
+def _is_rpc_refusal(err: BaseException) -> bool:
+    """The scheduler answered but refused (an engine without EAGLE): alive, not switchable."""
+    engine_mod = sys.modules.get("patched_worker.engine")
+    return engine_mod is not None and isinstance(err, engine_mod.SpeculationRpcError)
+
+
+class SpeculationLoop:
+    def __init__(
+        self,
+        engine: ReplicaEngine,
+        reporter: PolicyReporter,
+        replica_id: str,
+        *,
+        tick_s: float,
+        probe_timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._engine, self._reporter, self.replica_id = engine, reporter, replica_id
+        self._tick_s, self._timeout_s, self._clock = tick_s, probe_timeout_s, clock
+        self._pending: asyncio.Future[SpeculationState] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._last_step = -1  # last decode step index already counted for decode_tok_s
+        self._last_tick_at: float | None = None
+        self.last_state: SpeculationState | None = None
+        self.last_decision: ClientDecision | None = None
+        self.last_error: str | None = None
+        self.applied_flips = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start ticking on the running event loop (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"specflip-tick-{self.replica_id}"
+            )
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            started = self._clock()
+            try:
+                await self.tick()
+            except Exception as err:  # one bad tick must not end the loop
+                self.last_error = f"tick failed: {type(err).__name__}: {err}"[:300]
+                log.exception("specflip tick failed on %s", self.replica_id)
+            await asyncio.sleep(max(0.0, self._tick_s - (self._clock() - started)))
+
+    # -- engine probe ------------------------------------------------------------------------
+    async def read_state(self, timeout_s: float) -> SpeculationState:
+        """The engine's speculation state; raises TimeoutError, or what the engine raised."""
+        if self._pending is None or self._pending.done():
+            self._pending = asyncio.ensure_future(asyncio.to_thread(self._engine.get_speculation_state))
+        return await asyncio.wait_for(asyncio.shield(self._pending), timeout_s)
+
+    async def check_health(self) -> None:
+        """Probe the engine for real (a scheduler round trip); raise EngineUnhealthy if it fails."""
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            raise EngineUnhealthy(f"control loop ended: {self._task.exception()!r}")
+        try:
+            await self.read_state(self._timeout_s)
+        except TimeoutError:
+            raise EngineUnhealthy(
+                f"engine did not answer a state probe within {self._timeout_s:g} s"
+            ) from None
+        except Exception as err:
+            if not _is_rpc_refusal(err):
+                raise EngineUnhealthy(f"engine probe failed: {type(err).__name__}: {err}") from None
+
+    # -- one tick ----------------------------------------------------------------------------
+    async def tick(self) -> ClientDecision | None:
+        """Read state, report, apply. Returns the policy's answer (None if the engine did not answer)."""
+        now = self._clock()
+        try:
+            state: SpeculationState | None = await self.read_state(self._timeout_s)
+        except Exception as err:
+            if not _is_rpc_refusal(err):
+                self.last_error = f"state read failed: {type(err).__name__}: {err}"[:300]
+                return None
+            state = None  # engine without EAGLE: report load, never switch
+        obs = self._observation(state, now)
+        decision = await self._reporter.report_async(obs)
+        self.last_state, self.last_decision, self.last_error = state, decision, None
+        want_on = decision.desired is SpecMode.ON
+        if state is not None and state.patched and want_on != state.requested:
+            await asyncio.to_thread(self._engine.set_speculation, want_on)
+            self.applied_flips += 1
+            log.info(
+                "%s: speculation -> %s (%s: %s)",
+                self.replica_id,
+                decision.desired.value,
+                decision.source.value,
+                decision.reason,
+            )
+        return decision
+
+    def _observation(self, state: SpeculationState | None, now: float) -> Observation:
+        if state is None:
+            in_flight = len(getattr(self._engine.tokenizer_manager, "rid_to_state", {}))
+            return Observation(
+                self.replica_id,
+                running=in_flight,
+                waiting=0,
+                mode=SpecMode.OFF,
+                patched=False,
+                accept_length=None,
+            )
+        tok_s, batch = self._decode_rate(state, now)
+        # a switch lands at the next decode step: an idle engine already runs the requested mode
+        # for whatever comes next, a busy one the mode in effect
+        on = state.requested if state.running + state.waiting == 0 else state.enabled
+        return Observation(
+            self.replica_id,
+            running=state.running,
+            waiting=state.waiting,
+            mode=SpecMode.ON if on else SpecMode.OFF,
+            patched=state.patched,
+            accept_length=state.accept_length_ema,
+            decode_tok_s=tok_s,
+            decode_batch=batch,
+        )
+
+    def _decode_rate(self, state: SpeculationState, now: float) -> tuple[float | None, float | None]:
+        """Output tok/s and mean batch over the decode steps since the last tick (from the state's trace).
+
+        None when nothing was decoded, or when the trace dropped steps of the window (it is bounded).
+        """
+        since, self._last_tick_at = self._last_tick_at, now
+        new = [t for t in state.trace if t[0] > self._last_step]
+        if not new:
+            return None, None
+        complete = self._last_step >= 0 and new[0][0] == self._last_step + 1
+        self._last_step = new[-1][0]
+        if not complete or since is None or now <= since:
+            return None, None
+        # tokens per step: ON accepts `mean accept length` per request, OFF one, a resync none
+        tokens = sum(b * (acc if mode == "on" else 1.0 if mode == "off" else 0.0) for _, mode, b, acc in new)
+        return tokens / (now - since), sum(b for _, _, b, _ in new) / len(new)
+
+    def describe(self) -> dict[str, Any]:
+        """This replica's own view, for logs and debugging."""
+        s, d = self.last_state, self.last_decision
+        return {
+            "replica_id": self.replica_id,
+            "mode": None if s is None else ("on" if s.enabled else "off"),
+            "requested_mode": None if s is None else ("on" if s.requested else "off"),
+            "desired_mode": None if d is None else d.desired.value,
+            "policy_source": self._reporter.state.source.value,
+            "applied_flips": self.applied_flips,
+            "last_error": self.last_error,
+        }

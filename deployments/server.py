@@ -1,0 +1,211 @@
+"""`SpecFlipServer`: the Ray Serve LLM server class of one replica, hosting the patched engine.
+
+A subclass of Ray's `SGLangServer` (ray.llm._internal.serve.engines.sglang, Ray 2.60), which
+builds SGLang's `RayEngine` (one GPU per bundle). This one builds the engine in-process through
+the injected `EngineFactory` (default: `SpecFlipEngine`, cpu or cuda) and takes its placement
+bundle from `LLMConfig.placement_group_config["bundles"]` (no GPU on cpu). Chat, completions,
+SSE streaming, tokenize and `/v1/models` are inherited; on top:
+
+- the control loop (`SpeculationLoop`): report load to the policy actor every tick, apply the
+  desired mode;
+- a health check that probes the engine (a scheduler round trip with a timeout);
+- SGLang sampling extras (`ignore_eos`, `top_k`, `min_tokens`, ...) passed through when set;
+- `stream_options.include_usage`: a final usage chunk on streams (OpenAI semantics);
+- engine input errors (e.g. prompt + max_tokens beyond the context) become 400s, not 500s.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from ray.llm._internal.serve.engines.sglang import SGLangServer
+
+from deployments.config import SpecFlipConfig
+from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
+from deployments.replica_loop import SpeculationLoop
+
+__all__ = ["EngineInputError", "SpecFlipServer", "replica_id"]
+
+log = logging.getLogger(__name__)
+
+# request fields SGLang's sampling params understand, passed through when the client sets them
+_SAMPLING_EXTRAS = (
+    "top_k",
+    "min_p",
+    "min_tokens",
+    "ignore_eos",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "stop_token_ids",
+    "no_stop_trim",
+    "skip_special_tokens",
+)
+
+
+def replica_id() -> str:
+    """Serve's replica id (`replica_tag`) inside a replica; a process-unique id elsewhere."""
+    from ray import serve
+    from ray.serve.exceptions import RayServeException
+
+    try:
+        return str(serve.get_replica_context().replica_tag)
+    except RayServeException:
+        return f"local-{os.getpid()}"
+
+
+class _Usage:
+    __slots__ = ("completion_tokens", "prompt_tokens")
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+
+class SpecFlipServer(SGLangServer):
+    def __init__(
+        self,
+        llm_config: Any,
+        *,
+        config: SpecFlipConfig,
+        engine_factory: EngineFactory = build_specflip_engine,
+    ) -> None:
+        # SGLangServer.__init__ would build RayEngine; set what its methods use instead.
+        self._llm_config = llm_config
+        self.engine_kwargs = dict(llm_config.engine_kwargs)
+        self._is_paused = False
+        self._sleeping_tags: set[str] = set()
+        self._usage: dict[int, _Usage] = {}
+        self.config = config
+        self.replica_id = replica_id()
+        started = time.monotonic()
+        self.engine: ReplicaEngine = engine_factory(config)
+        log.info("replica %s: engine up in %.1f s", self.replica_id, time.monotonic() - started)
+
+        from policy.actor import PolicyClient
+
+        r = config.replicas
+        reporter = PolicyClient(
+            self.replica_id,
+            config.policy.actor_name,
+            config.policy_config(),
+            fail_after=r.fallback_after_ticks,
+            timeout_s=r.report_timeout_s,
+        )
+        self.loop = SpeculationLoop(
+            self.engine, reporter, self.replica_id, tick_s=r.tick_s, probe_timeout_s=r.health_timeout_s
+        )
+        self.loop.start()  # Serve runs a sync constructor on the replica's user event loop
+
+    @classmethod
+    def get_deployment_options(cls, llm_config: Any) -> dict[str, Any]:
+        opts: dict[str, Any] = super().get_deployment_options(llm_config)
+        pg = llm_config.placement_group_config or {}
+        if pg.get("bundles"):  # Ray LLM's own vocabulary; SGLangServer reads another key
+            opts["placement_group_bundles"] = copy.deepcopy(pg["bundles"])
+            opts["placement_group_strategy"] = pg.get("strategy", "STRICT_PACK")
+        return opts
+
+    async def check_health(self) -> None:
+        await self.loop.check_health()
+
+    # -- generation: sampling extras, input errors as 400 -------------------------------------
+    @staticmethod
+    def _build_sampling_params(request: Any) -> dict[str, Any]:
+        params: dict[str, Any] = SGLangServer._build_sampling_params(request)
+        fields_set = getattr(request, "model_fields_set", set())
+        for name in _SAMPLING_EXTRAS:
+            if name in fields_set and getattr(request, name, None) is not None:
+                params[name] = getattr(request, name)
+        if "seed" in fields_set and getattr(request, "seed", None) is not None:
+            params["sampling_seed"] = request.seed
+        return params
+
+    async def _generate_raw(self, request: Any, prompt: Any) -> dict[str, Any]:
+        try:
+            return await super()._generate_raw(request, prompt)
+        except ValueError as err:  # SGLang's own input checks (length, sampling params)
+            raise _bad_request(err) from None
+
+    async def _stream_generate(
+        self, request: Any, prompt: Any
+    ) -> AsyncGenerator[tuple[str, str | None], None]:
+        """Ray's loop (cumulative text -> deltas), keeping the token counts for a usage chunk."""
+        usage = self._usage.get(id(request))
+        kwargs = self._build_generate_kwargs(request, prompt, stream=True)
+        try:
+            stream = await self.engine.async_generate(**kwargs)
+        except ValueError as err:
+            raise _bad_request(err) from None
+        previous = ""
+        try:
+            async for chunk in stream:
+                text, meta = chunk.get("text", ""), chunk.get("meta_info", {}) or {}
+                if usage is not None:
+                    usage.prompt_tokens = int(meta.get("prompt_tokens", usage.prompt_tokens))
+                    usage.completion_tokens = int(meta.get("completion_tokens", usage.completion_tokens))
+                delta, previous = text[len(previous) :], text
+                finish = meta.get("finish_reason")
+                yield delta, (self._parse_finish_reason(finish) if finish is not None else None)
+        except ValueError as err:  # SGLang validates a streamed request on its first chunk
+            raise _bad_request(err) from None
+
+    async def chat(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
+        async for item in self._with_usage(
+            request, super().chat(request, raw_request_info), "chat.completion.chunk"
+        ):
+            yield item
+
+    async def completions(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
+        async for item in self._with_usage(
+            request, super().completions(request, raw_request_info), "text_completion"
+        ):
+            yield item
+
+    async def _with_usage(
+        self, request: Any, inner: AsyncGenerator[Any, None], object_type: str
+    ) -> AsyncGenerator[Any, None]:
+        opts = getattr(request, "stream_options", None)
+        if not (request.stream and opts is not None and getattr(opts, "include_usage", False)):
+            async for item in inner:
+                yield item
+            return
+        usage = self._usage[id(request)] = _Usage()
+        try:
+            async for item in inner:
+                yield item
+        finally:
+            self._usage.pop(id(request), None)
+        chunk = {
+            "id": f"sglang-gen-{uuid.uuid4().hex}",
+            "object": object_type,
+            "created": int(time.time()),
+            "model": request.model,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            },
+        }
+        yield f"data: {json.dumps(chunk)}\n\n"
+
+
+class EngineInputError(ValueError):
+    """SGLang refused a request's input; the ingress answers 400 (`status_code`) with the message.
+
+    A plain ValueError subclass so it pickles across Ray (Ray's OpenAIHTTPException does not).
+    """
+
+    status_code = 400
+
+
+def _bad_request(err: ValueError) -> EngineInputError:
+    return EngineInputError(str(err).splitlines()[0][:500] if str(err) else "invalid request")

@@ -1,0 +1,112 @@
+"""Failure paths of a replica's control loop and health probe, with failure-injecting engines
+(the happy path runs against the real engine in test_serve_app.py). No Ray cluster: the policy
+client cannot reach any actor, which is itself one of the failures."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from deployments.replica_loop import EngineUnhealthy, SpeculationLoop
+from patched_worker.engine import SpeculationRpcError
+from policy.actor import PolicyClient
+from policy.types import DecisionSource, PolicyConfig, SpecMode
+
+
+class _TokenizerManager:
+    def __init__(self, in_flight: int) -> None:
+        self.rid_to_state = {f"r{i}": None for i in range(in_flight)}
+
+
+class HangingEngine:
+    """Failure injection: the scheduler never answers a state RPC (until released)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+        self.tokenizer_manager = _TokenizerManager(0)
+
+    def get_speculation_state(self) -> Any:
+        self.calls += 1
+        self.release.wait(30)
+        raise RuntimeError("released")
+
+    def set_speculation(self, enabled: bool) -> None:
+        raise AssertionError("never switched")
+
+
+class RefusingEngine(HangingEngine):
+    """Failure injection: an engine without EAGLE (the scheduler answers, but refuses)."""
+
+    def get_speculation_state(self) -> Any:
+        self.calls += 1
+        raise SpeculationRpcError("speculative decoding is not enabled on this engine")
+
+
+class BrokenEngine(HangingEngine):
+    """Failure injection: the state RPC fails outright (e.g. a dead scheduler socket)."""
+
+    def get_speculation_state(self) -> Any:
+        self.calls += 1
+        raise ConnectionError("scheduler gone")
+
+
+def _loop(engine: Any, timeout_s: float = 0.3) -> SpeculationLoop:
+    client = PolicyClient("r1", "no-such-actor", PolicyConfig(high=4, low=1), fail_after=2, timeout_s=0.2)
+    return SpeculationLoop(engine, client, "r1", tick_s=0.05, probe_timeout_s=timeout_s)  # type: ignore[arg-type]
+
+
+def test_a_hung_engine_fails_the_health_check_in_time_and_probes_never_pile_up() -> None:
+    engine = HangingEngine()
+    loop = _loop(engine)
+
+    async def run() -> list[float]:
+        took = []
+        for _ in range(3):
+            started = time.monotonic()
+            with pytest.raises(EngineUnhealthy, match="did not answer a state probe within 0.3 s"):
+                await loop.check_health()
+            took.append(time.monotonic() - started)
+        assert await loop.tick() is None and "state read failed" in (loop.last_error or "")
+        engine.release.set()
+        return took
+
+    took = asyncio.run(run())
+    assert all(0.25 < t < 2.0 for t in took), took
+    assert engine.calls == 1  # one RPC in flight, shared by every probe and tick while it hangs
+
+
+def test_an_engine_without_eagle_is_healthy_reports_unpatched_and_is_never_switched() -> None:
+    engine = RefusingEngine()
+    engine.tokenizer_manager = _TokenizerManager(in_flight=9)
+    loop = _loop(engine)
+
+    async def run() -> None:
+        await loop.check_health()  # the scheduler answered: alive
+        for _ in range(3):  # the actor is unreachable too: cached answer, then the local rule
+            decision = await loop.tick()
+            assert decision is not None and decision.desired is SpecMode.OFF
+
+    asyncio.run(run())
+    assert loop.last_decision is not None and loop.last_decision.source is DecisionSource.LOCAL_FALLBACK
+    assert loop.describe()["policy_source"] == "local_fallback" and loop.applied_flips == 0
+
+
+def test_a_broken_engine_fails_the_health_check_with_the_reason_and_the_loop_keeps_ticking() -> None:
+    engine = BrokenEngine()
+    loop = _loop(engine)
+
+    async def run() -> None:
+        with pytest.raises(EngineUnhealthy, match="engine probe failed: ConnectionError: scheduler gone"):
+            await loop.check_health()
+        loop.start()
+        await asyncio.sleep(0.3)
+        assert loop._task is not None and not loop._task.done()  # noqa: SLF001 - the loop survives
+        loop.stop()
+
+    asyncio.run(run())
+    assert engine.calls >= 3 and "scheduler gone" in (loop.last_error or "")
