@@ -1,0 +1,110 @@
+"""The control surface's plain logic: bearer-token check, the override body, the status document.
+
+No Ray here: the ingress fetches `FleetStatus` from the policy actor and hands it to
+`status_document`; tests call these directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hmac
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from policy.types import FleetStatus, Override, ReplicaStatus
+
+__all__ = [
+    "OVERRIDES",
+    "AuthProblem",
+    "OverrideRequest",
+    "check_bearer",
+    "replica_document",
+    "status_document",
+]
+
+OVERRIDES = {"on": Override.FORCE_ON, "off": Override.FORCE_OFF, "auto": Override.AUTO}
+
+
+class OverrideRequest(BaseModel):
+    """Body of `POST /specflip/override`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    replica_id: str = Field(
+        ..., min_length=1, description="A replica id from /specflip/status, or '*' for all."
+    )
+    mode: Literal["on", "off", "auto"] = Field(
+        ..., description="Force speculation on/off, or auto (the rule)."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class AuthProblem:
+    status_code: int
+    message: str
+
+
+def check_bearer(authorization: str | None, token: str | None) -> AuthProblem | None:
+    """None if `Authorization: Bearer <token>` matches the configured token."""
+    if not token:
+        return AuthProblem(
+            403,
+            "control endpoints are disabled: no control token is configured "
+            "(set serve.control_token or SPECFLIP_CONTROL_TOKEN)",
+        )
+    scheme, _, given = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return AuthProblem(401, "missing bearer token: send 'Authorization: Bearer <token>'")
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+        return AuthProblem(401, "wrong bearer token")
+    return None
+
+
+def replica_document(r: ReplicaStatus) -> dict[str, Any]:
+    """One replica as `/specflip/status` shows it."""
+    return {
+        "replica_id": r.replica_id,
+        "mode": r.actual.value,
+        "desired_mode": r.desired.value,
+        "running": r.running,
+        "waiting": r.waiting,
+        "load": r.load,
+        "accept_length": r.accept_length,
+        "flips": r.flips,
+        "patched": r.patched,
+        "override": r.override.value,
+        # a replica reaching the actor reports every tick; one that stopped reaching it has been
+        # deciding locally (PolicyClient falls back after a few failed reports) since it went stale
+        "policy_source": "local_fallback" if r.stale else "actor",
+        "stale": r.stale,
+        "last_report_age_s": round(r.last_report_age_s, 3),
+        "reason": r.reason,
+    }
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def status_document(fleet: FleetStatus, *, enabled: bool, actor_name: str) -> dict[str, Any]:
+    """The whole `/specflip/status` JSON."""
+    cfg = {f.name: _plain(getattr(fleet.config, f.name)) for f in dataclasses.fields(fleet.config)}
+    if not enabled:  # the actor runs a never-flipping rule then; show what the operator configured
+        cfg.pop("rule", None)
+        cfg.pop("goodput_margin", None)
+    ticks = fleet.ticks
+    return {
+        "replicas": [replica_document(r) for r in sorted(fleet.replicas, key=lambda r: r.replica_id)],
+        "policy": {
+            "enabled": enabled,
+            "actor": actor_name,
+            "reachable": True,
+            "restarted": fleet.restarted,
+            "uptime_s": round(fleet.uptime_s, 3),
+            "ticks": ticks.ticks,
+            "flips_total": ticks.flips_total,
+            "last_tick_age_s": ticks.last_tick_age_s,
+            "config": cfg,
+        },
+    }

@@ -1,0 +1,228 @@
+"""`SpecFlipIngress`: Ray Serve LLM's `OpenAiIngress` plus request checks, control, status, metrics.
+
+The OpenAI routes are Ray's (`DEFAULT_ENDPOINTS`); `ENDPOINTS` adds ours through the supported
+`make_fastapi_ingress(cls, endpoint_map=...)`:
+
+- `GET  /specflip/status`   fleet status from the policy actor (public)
+- `POST /specflip/override` force a replica (or `*`) on/off/auto; `Authorization: Bearer <token>`
+- `GET  /metrics`           Prometheus text: the ingress's registry, then the policy actor's
+
+The ingress creates the named policy actor (it owns it: the actor lives as long as the app).
+Chat and completions bodies are checked (`deployments.validation`) before they reach a replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, get_args
+
+from fastapi import HTTPException, Request
+from pydantic import ValidationError
+from ray.llm._internal.serve.core.configs.openai_api_models import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    OpenAIHTTPException,
+)
+from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS
+from ray.serve.llm.ingress import OpenAiIngress
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from deployments.config import SpecFlipConfig
+from deployments.control import OVERRIDES, OverrideRequest, check_bearer, status_document
+from deployments.metrics import CONTENT_TYPE, ingress_metrics, observe_stream, usage_tokens
+from deployments.validation import check_chat, check_completion
+from policy.types import UnknownReplicaError
+
+__all__ = ["ENDPOINTS", "SpecFlipIngress", "context_limit", "error_response"]
+
+log = logging.getLogger(__name__)
+
+ENDPOINTS = {
+    **DEFAULT_ENDPOINTS,
+    "specflip_status": lambda app: app.get("/specflip/status"),
+    "specflip_override": lambda app: app.post("/specflip/override"),
+    "prometheus_metrics": lambda app: app.get("/metrics"),
+}
+_ACTOR_TIMEOUT_S = 5.0
+
+
+def error_response(
+    status_code: int, message: str, type_: str = "BadRequestError", headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
+    body = {"error": {"message": message, "type": type_, "param": None, "code": status_code}}
+    return JSONResponse(body, status_code=status_code, headers=headers)
+
+
+def context_limit(config: SpecFlipConfig) -> int | None:
+    """Largest max_tokens worth sending: the configured context length, else the model's own."""
+    if config.engine.context_length is not None:
+        return config.engine.context_length
+    try:
+        with open(f"{config.model.path}/config.json") as f:
+            value = json.load(f).get("max_position_embeddings")
+    except (OSError, ValueError):
+        return None  # model not visible from the ingress's node: replicas still answer 400
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+class SpecFlipIngress(OpenAiIngress):
+    def __init__(
+        self, llm_deployments: Any, model_cards: Any, *, lora_paths: Any = None, config: SpecFlipConfig
+    ) -> None:
+        super().__init__(llm_deployments, model_cards, lora_paths=lora_paths)
+        self._config = config
+        self._token = config.serve.resolved_token()
+        self._limit = context_limit(config)
+        self._metrics = ingress_metrics()
+        self._policy: Any = None
+        self._policy_actor()
+        log.info(
+            "specflip ingress: policy actor %s, control %s",
+            config.policy.actor_name,
+            "enabled" if self._token else "disabled (no token)",
+        )
+
+    def _policy_actor(self) -> Any:
+        if self._policy is None:
+            from policy.actor import get_or_create_policy_actor
+
+            self._policy = get_or_create_policy_actor(
+                self._config.policy.actor_name, self._config.policy_config()
+            )
+        return self._policy
+
+    async def _ask_policy(self, method: str, *args: Any) -> Any:
+        try:
+            result = await asyncio.wait_for(
+                getattr(self._policy_actor(), method).remote(*args), _ACTOR_TIMEOUT_S
+            )
+        except UnknownReplicaError:
+            self._metrics.policy_reachable.set(1)
+            raise
+        except Exception:
+            self._metrics.policy_reachable.set(0)
+            self._policy = None  # look the actor up (or recreate it) next time
+            raise
+        self._metrics.policy_reachable.set(1)
+        return result
+
+    # -- OpenAI routes: checks, then Ray's handling, timed -------------------------------------
+    async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
+        reason = check_chat(body, self._limit)
+        if reason:
+            return error_response(400, reason)
+        return await self._timed("/v1/chat/completions", body, super().chat(body, request))
+
+    async def completions(self, body: CompletionRequest, request: Request) -> Response:
+        reason = check_completion(body, self._limit)
+        if reason:
+            return error_response(400, reason)
+        return await self._timed("/v1/completions", body, super().completions(body, request))
+
+    async def _timed(self, endpoint: str, body: Any, respond: Any) -> Response:
+        started = time.monotonic()
+        keep_usage = True
+        if body.stream:  # ask the replica for a usage chunk: TPOT needs the token count
+            options = body.stream_options
+            keep_usage = bool(options is not None and options.include_usage)
+            if not keep_usage:
+                body.stream_options = _stream_options_with_usage(body)
+        try:
+            response = await respond
+        except Exception as err:
+            client_error = _client_error(err)
+            if client_error is None:
+                raise  # Ray's exception middleware answers (5xx)
+            return client_error
+        if isinstance(response, StreamingResponse):
+            response.body_iterator = observe_stream(
+                response.body_iterator, endpoint, started, keep_usage=keep_usage, metrics=self._metrics
+            )
+        elif isinstance(response, JSONResponse):
+            tokens = usage_tokens(_json_body(response))
+            if tokens is not None:
+                self._metrics.output_tokens.labels(endpoint).inc(tokens)
+        return response
+
+    # -- control, status, metrics --------------------------------------------------------------
+    async def specflip_status(self) -> Response:
+        try:
+            fleet = await self._ask_policy("status")
+        except Exception as err:
+            return error_response(
+                503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
+            )
+        return JSONResponse(
+            status_document(
+                fleet, enabled=self._config.policy.enabled, actor_name=self._config.policy.actor_name
+            )
+        )
+
+    async def specflip_override(self, request: Request) -> Response:
+        problem = check_bearer(request.headers.get("authorization"), self._token)
+        if problem is not None:
+            headers = {"WWW-Authenticate": "Bearer"} if problem.status_code == 401 else None
+            return error_response(problem.status_code, problem.message, "AuthenticationError", headers)
+        try:
+            order = OverrideRequest.model_validate_json(await request.body())
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            return error_response(422, f"invalid override body: {where}: {first['msg']}")
+        try:
+            if order.replica_id == "*":
+                fleet = await self._ask_policy("status")
+                targets = [r.replica_id for r in fleet.replicas]
+                if not targets:
+                    return error_response(404, "no replicas registered with the policy yet", "NotFoundError")
+            else:
+                targets = [order.replica_id]
+            for rid in targets:
+                await self._ask_policy("set_override", rid, OVERRIDES[order.mode])
+        except UnknownReplicaError as err:
+            cause = getattr(err, "cause", None) or err  # Ray wraps the actor's exception
+            return error_response(404, str(cause).splitlines()[0], "NotFoundError")
+        except Exception as err:
+            return error_response(
+                503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
+            )
+        log.info("override %s -> %s", targets, order.mode)
+        return JSONResponse({"replica_ids": targets, "mode": order.mode})
+
+    async def prometheus_metrics(self) -> Response:
+        try:
+            policy_text = await self._ask_policy("metrics_text")
+        except Exception:
+            policy_text = ""
+        return Response(self._metrics.text() + policy_text, media_type=CONTENT_TYPE)
+
+
+def _client_error(err: Exception) -> JSONResponse | None:
+    """A clean 4xx for a client error raised here or in a replica (Ray wraps those); None otherwise."""
+    code = getattr(err, "status_code", None)
+    if not isinstance(code, int) or not 400 <= code < 500:
+        return None
+    if isinstance(err, HTTPException):
+        return error_response(code, str(err.detail), "NotFoundError" if code == 404 else "BadRequestError")
+    if isinstance(err, OpenAIHTTPException):
+        return error_response(code, err.message, err.type)
+    cause = getattr(err, "cause", None) or err  # RayTaskError(EngineInputError) from a replica
+    return error_response(code, (str(cause).splitlines() or ["invalid request"])[0][:500])
+
+
+def _stream_options_with_usage(body: Any) -> Any:
+    field = type(body).model_fields["stream_options"]
+    options_cls = next(a for a in get_args(field.annotation) if a is not type(None))
+    return options_cls(include_usage=True)
+
+
+def _json_body(response: JSONResponse) -> dict[str, Any]:
+    try:
+        value = json.loads(bytes(response.body))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

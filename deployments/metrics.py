@@ -1,0 +1,211 @@
+"""The ingress's Prometheus metrics: request counts by status, latency, TTFT/TPOT, output tokens.
+
+Measured at the HTTP boundary of the ingress (one process per ingress replica), on a registry of
+its own (never the global one). `GET /metrics` serves this registry's text followed by the policy
+actor's (`specflip_policy_*`, per-replica modes, loads, accept length, flips); docs/metrics.md
+lists every name.
+
+- `RequestCountMiddleware` (ASGI) counts every API/control response by endpoint and status code,
+  and times successful ones to the last byte.
+- `observe_stream` wraps an SSE body: TTFT is the time from the handler's entry to the first
+  chunk carrying a choice; TPOT is (last choice chunk - first) / (completion tokens - 1), the
+  token count from the stream's usage chunk (the ingress always asks the replica for one and
+  drops it again when the client did not ask).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = [
+    "CONTENT_TYPE",
+    "IngressMetrics",
+    "RequestCountMiddleware",
+    "endpoint_of",
+    "ingress_metrics",
+    "observe_stream",
+    "usage_tokens",
+]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PREFIX = "specflip_"
+_ENDPOINTS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/models",
+    "/specflip/status",
+    "/specflip/override",
+    "/tokenize",
+    "/detokenize",
+    "/v1/embeddings",
+)
+# seconds; CPU engines are ~100x slower than GPU ones, so the range is wide
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120)
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.6, 1.2, 2.5)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[
+    [Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
+]
+
+
+class IngressMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self.requests = Counter(
+            PREFIX + "requests",
+            "HTTP responses of the ingress by endpoint and status code",
+            ["endpoint", "status"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            PREFIX + "request_duration_seconds",
+            "Successful requests, arrival to last byte",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            PREFIX + "ttft_seconds",
+            "Streamed requests: time to the first generated chunk",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            PREFIX + "tpot_seconds",
+            "Streamed requests: time per output token after the first",
+            ["endpoint"],
+            buckets=_TPOT_BUCKETS,
+            registry=r,
+        )
+        self.output_tokens = Counter(
+            PREFIX + "output_tokens", "Completion tokens returned", ["endpoint"], registry=r
+        )
+        self.policy_reachable = Gauge(
+            PREFIX + "ingress_policy_reachable",
+            "1 if the policy actor answered the last status/metrics call of this ingress",
+            registry=r,
+        )
+
+    def text(self) -> str:
+        return generate_latest(self.registry).decode()
+
+
+_METRICS: IngressMetrics | None = None
+
+
+def ingress_metrics() -> IngressMetrics:
+    """This process's ingress metrics (one registry per process, shared by handlers and middleware)."""
+    global _METRICS
+    if _METRICS is None:
+        _METRICS = IngressMetrics()
+    return _METRICS
+
+
+def endpoint_of(path: str) -> str | None:
+    """The endpoint label of a request path (any route prefix), None for paths not counted."""
+    for endpoint in _ENDPOINTS:
+        if path.endswith(endpoint) or (endpoint == "/v1/models" and "/v1/models/" in path):
+            return endpoint
+    return None
+
+
+class RequestCountMiddleware:
+    """ASGI middleware: responses by endpoint and status, duration of successful ones."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(
+        self,
+        scope: Scope,
+        receive: Callable[[], Awaitable[Message]],
+        send: Callable[[Message], Awaitable[None]],
+    ) -> None:
+        endpoint = endpoint_of(scope.get("path", "")) if scope["type"] == "http" else None
+        if endpoint is None:
+            await self.app(scope, receive, send)
+            return
+        metrics, started, code = ingress_metrics(), time.monotonic(), [500]
+
+        async def send_counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                code[0] = int(message["status"])
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                metrics.requests.labels(endpoint, str(code[0])).inc()
+                if code[0] < 400:
+                    metrics.duration.labels(endpoint).observe(time.monotonic() - started)
+
+        try:
+            await self.app(scope, receive, send_counted)
+        except BaseException:
+            metrics.requests.labels(endpoint, "500").inc()
+            raise
+
+
+def _sse_events(packet: str) -> list[str]:
+    return [line[len("data: ") :] for line in packet.split("\n") if line.startswith("data: ")]
+
+
+def usage_tokens(payload: dict[str, Any]) -> int | None:
+    usage = payload.get("usage")
+    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        return int(usage["completion_tokens"])
+    return None
+
+
+async def observe_stream(
+    body: AsyncIterator[str | bytes],
+    endpoint: str,
+    started: float,
+    *,
+    keep_usage: bool,
+    metrics: IngressMetrics | None = None,
+) -> AsyncIterator[str]:
+    """Pass an SSE body through, timing it; drop the usage chunk unless the client asked for it."""
+    m = metrics or ingress_metrics()
+    first: float | None = None
+    last = started
+    tokens: int | None = None
+    async for raw in body:
+        packet = raw.decode() if isinstance(raw, bytes) else raw
+        events = _sse_events(packet)
+        if not events:  # not SSE data (never expected): pass it on untouched
+            yield packet
+            continue
+        out: list[str] = []
+        for event in events:
+            payload = None if event.strip() == "[DONE]" else _json(event)
+            if payload is not None and payload.get("choices"):
+                last = time.monotonic()
+                first = first if first is not None else last
+            elif payload is not None and usage_tokens(payload) is not None:
+                tokens = usage_tokens(payload)
+                if not keep_usage:
+                    continue
+            out.append(f"data: {event}\n\n")
+        if out:
+            yield "".join(out)
+    if first is not None:
+        m.ttft.labels(endpoint).observe(first - started)
+    if tokens is not None:
+        m.output_tokens.labels(endpoint).inc(tokens)
+        if first is not None and tokens >= 2:
+            m.tpot.labels(endpoint).observe((last - first) / (tokens - 1))
+
+
+def _json(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,108 @@
+"""Checks on parsed OpenAI request bodies that the ingress runs before anything reaches an engine.
+
+Ray's ingress already answers 400 for malformed JSON and wrong types (pydantic) and 404 for an
+unknown model. What it lets through, and what would reach SGLang and come back as a 500, a hang
+or a silently different answer, is checked here: pure functions over the request's fields,
+returning the reason for a 400 (None: fine).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+__all__ = ["MESSAGE_ROLES", "check_chat", "check_completion", "check_json_body"]
+
+MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
+
+
+# JSON types the request models would coerce (true -> 1, "1" -> 1) but a client never means
+_INTEGER_FIELDS = ("max_tokens", "max_completion_tokens", "n", "min_tokens", "top_k", "seed")
+_NUMBER_FIELDS = (
+    "temperature",
+    "top_p",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+)
+
+
+def check_json_body(raw: bytes) -> str | None:
+    """Raw body of a chat/completions POST: a JSON object with JSON-typed numbers, or the reason not.
+
+    Runs before the request models: their `mode="before"` validators crash (500) on a body that
+    is not an object, and lax parsing would turn `"max_tokens": true` into 1.
+    """
+    if not raw.strip():
+        return "request body is empty: expected a JSON object"
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        return f"malformed JSON: {err}"
+    if not isinstance(body, dict):
+        return f"request body must be a JSON object, got {type(body).__name__}"
+    for name in _INTEGER_FIELDS:
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"{name} must be an integer, got {json.dumps(value)[:40]}"
+    for name in _NUMBER_FIELDS:
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            return f"{name} must be a number, got {json.dumps(value)[:40]}"
+    return None
+
+
+def _check_common(body: Any, max_tokens_limit: int | None) -> str | None:
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = getattr(body, name, None)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"{name} must be a positive integer, got {value!r}"
+        if max_tokens_limit is not None and value > max_tokens_limit:
+            return f"{name} {value} exceeds the model's context length {max_tokens_limit}"
+    n = getattr(body, "n", 1)
+    if n != 1:
+        return f"n must be 1 (one choice per request), got {n!r}"
+    temperature = getattr(body, "temperature", None)
+    if temperature is not None and (not math.isfinite(temperature) or not 0 <= temperature <= 2):
+        return f"temperature must be between 0 and 2, got {temperature!r}"
+    top_p = getattr(body, "top_p", None)
+    if top_p is not None and (not math.isfinite(top_p) or not 0 < top_p <= 1):
+        return f"top_p must be in (0, 1], got {top_p!r}"
+    best_of = getattr(body, "best_of", None)
+    if best_of not in (None, 1):
+        return f"best_of is not supported (got {best_of!r})"
+    if getattr(body, "logprobs", None) not in (None, False) or getattr(body, "top_logprobs", None):
+        return "logprobs are not supported by this server"
+    if getattr(body, "stream_options", None) is not None and not getattr(body, "stream", False):
+        return "stream_options is only allowed with stream: true"
+    return None
+
+
+def check_chat(body: Any, max_tokens_limit: int | None = None) -> str | None:
+    """Reason a chat completion request cannot be served, or None."""
+    messages = getattr(body, "messages", None)
+    if not messages:
+        return "messages must be a non-empty list"
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else getattr(message, "role", None)
+        if role not in MESSAGE_ROLES:
+            return f"messages[{i}].role must be one of {sorted(MESSAGE_ROLES)}, got {role!r}"
+    return _check_common(body, max_tokens_limit)
+
+
+def check_completion(body: Any, max_tokens_limit: int | None = None) -> str | None:
+    """Reason a completion request cannot be served, or None."""
+    prompt = getattr(body, "prompt", None)
+    if prompt is None or prompt == "" or prompt == []:
+        return "prompt must be a non-empty string or list"
+    if isinstance(prompt, list) and any(p == "" or p == [] for p in prompt):
+        return "prompt list must not contain empty prompts"
+    if getattr(body, "echo", False):
+        return "echo is not supported by this server"
+    if getattr(body, "suffix", None):
+        return "suffix is not supported by this server"
+    return _check_common(body, max_tokens_limit)

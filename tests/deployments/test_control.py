@@ -1,0 +1,95 @@
+"""Control-surface logic: bearer tokens, the override body, the status document the loadtests read."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from deployments.control import OverrideRequest, check_bearer, status_document
+from policy.types import FleetStatus, Override, PolicyConfig, ReplicaStatus, SpecMode, TickStats
+
+
+@pytest.mark.parametrize(
+    ("header", "token", "code"),
+    [
+        (None, None, 403),
+        ("Bearer x", None, 403),
+        ("Bearer x", "", 403),
+        (None, "s3cret", 401),
+        ("", "s3cret", 401),
+        ("Bearer", "s3cret", 401),
+        ("Basic s3cret", "s3cret", 401),
+        ("Bearer wrong", "s3cret", 401),
+        ("Bearer s3cret2", "s3cret", 401),
+    ],
+)
+def test_refused_requests(header: str | None, token: str | None, code: int) -> None:
+    problem = check_bearer(header, token)
+    assert problem is not None and problem.status_code == code and problem.message
+
+
+@pytest.mark.parametrize("header", ["Bearer s3cret", "bearer s3cret", "  Bearer   s3cret  "])
+def test_the_right_token_passes(header: str) -> None:
+    assert check_bearer(header, "s3cret") is None
+
+
+def test_override_body_is_strict() -> None:
+    assert OverrideRequest.model_validate({"replica_id": "*", "mode": "auto"}).mode == "auto"
+    for bad in (
+        {"replica_id": "r"},
+        {"replica_id": "", "mode": "on"},
+        {"replica_id": "r", "mode": "ON!"},
+        {"replica_id": "r", "mode": "on", "extra": 1},
+    ):
+        with pytest.raises(ValidationError):
+            OverrideRequest.model_validate(bad)
+
+
+def _replica(rid: str, stale: bool = False, override: Override = Override.AUTO) -> ReplicaStatus:
+    return ReplicaStatus(
+        replica_id=rid,
+        desired=SpecMode.OFF,
+        actual=SpecMode.ON,
+        load=7.0,
+        running=5,
+        waiting=2,
+        accept_length=2.9,
+        flips=3,
+        last_report_age_s=0.12345,
+        override=override,
+        patched=True,
+        stale=stale,
+        reason="rule flipped it",
+    )
+
+
+def test_status_document_has_the_fields_the_loadtests_use() -> None:
+    fleet = FleetStatus(
+        replicas=(_replica("b", stale=True, override=Override.FORCE_OFF), _replica("a")),
+        config=PolicyConfig(high=4, low=1),
+        ticks=TickStats(10, 0.1, 1e-4, 1e-4, 3, 0),
+        restarted=False,
+        uptime_s=12.0,
+    )
+    doc = status_document(fleet, enabled=True, actor_name="p")
+    a, b = doc["replicas"]
+    assert a == {
+        "replica_id": "a",
+        "mode": "on",
+        "desired_mode": "off",
+        "running": 5,
+        "waiting": 2,
+        "load": 7.0,
+        "accept_length": 2.9,
+        "flips": 3,
+        "patched": True,
+        "override": "auto",
+        "policy_source": "actor",
+        "stale": False,
+        "last_report_age_s": 0.123,
+        "reason": "rule flipped it",
+    }
+    assert (b["override"], b["policy_source"]) == ("off", "local_fallback")
+    assert doc["policy"]["config"]["high"] == 4.0 and doc["policy"]["config"]["rule"] == "threshold"
+    assert doc["policy"]["flips_total"] == 3 and doc["policy"]["enabled"] is True
+    assert "rule" not in status_document(fleet, enabled=False, actor_name="p")["policy"]["config"]
