@@ -1,0 +1,126 @@
+"""Run the app on a local Ray instance (CLI, demo, benchmarks, tests) and talk to its control API."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from deployments.config import SpecFlipConfig
+
+__all__ = ["LocalApp", "run_local", "wait_until"]
+
+
+@dataclass(frozen=True)
+class LocalApp:
+    """A running app: its base URL and config, with helpers for the control endpoints."""
+
+    base: str  # http://host:port<route prefix without the trailing slash>
+    config: SpecFlipConfig
+
+    def status(self) -> dict[str, Any]:
+        r = httpx.get(f"{self.base}/specflip/status", timeout=30)
+        r.raise_for_status()
+        result: dict[str, Any] = r.json()
+        return result
+
+    def override(self, replica_id: str, mode: str, token: str | None = None) -> httpx.Response:
+        token = token or self.config.serve.resolved_token() or ""
+        return httpx.post(
+            f"{self.base}/specflip/override",
+            json={"replica_id": replica_id, "mode": mode},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+
+    def metrics(self) -> str:
+        r = httpx.get(f"{self.base}/metrics", timeout=30)
+        r.raise_for_status()
+        return r.text
+
+
+def wait_until(
+    what: Callable[[], bool], timeout_s: float, every_s: float = 0.25, why: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not what():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{why} not reached within {timeout_s:g} s")
+        time.sleep(every_s)
+
+
+def _init_ray(num_cpus: int | None, attempts: int = 2) -> None:
+    """ray.init; once more if a busy host made the raylet miss Ray's fixed 30 s registration window."""
+    import ray
+
+    for attempt in range(attempts):
+        try:
+            ray.init(
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                log_to_driver=os.environ.get("SPECFLIP_RAY_LOGS") == "1",
+            )
+            return
+        except Exception as err:
+            if "timed out during startup" not in str(err) or attempt == attempts - 1:
+                raise
+            ray.shutdown()
+
+
+@contextmanager
+def run_local(
+    config: SpecFlipConfig,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    num_cpus: int | None = None,
+    worker_pythonpath: str | None = None,
+    log: Callable[[str], None] = lambda line: None,
+    engine_factory: Any = None,
+) -> Iterator[LocalApp]:
+    """Start (or join, with $RAY_ADDRESS) Ray, run the app, wait until every replica reports; shut down after.
+
+    worker_pythonpath: put this first on Ray workers' path (a source checkout that is not installed).
+    num_cpus: logical CPUs of a new local Ray instance (default: what the replicas need, plus one).
+    """
+    import ray
+    from ray import serve
+
+    from deployments.app import assemble
+
+    if worker_pythonpath:
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (worker_pythonpath, os.environ.get("PYTHONPATH")) if p
+        )
+    host, port = host or config.serve.host, port or config.serve.port
+    if num_cpus is None and not os.environ.get("RAY_ADDRESS"):
+        num_cpus = int(config.replicas.count * config.replicas.num_cpus) + 1
+    started = time.monotonic()
+    log("starting Ray ...")
+    _init_ray(num_cpus)
+    try:
+        serve.start(http_options={"host": host, "port": port})
+        log(
+            f"deploying {config.replicas.count} replica(s) of {config.model.id} on {config.engine.device.value} "
+            f"(engine start takes a while) ..."
+        )
+        app = assemble(config) if engine_factory is None else assemble(config, engine_factory=engine_factory)
+        serve.run(app, name="specflip", route_prefix=config.serve.route_prefix)
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        local = LocalApp(f"http://{shown}:{port}{config.serve.route_prefix.rstrip('/')}", config)
+
+        def registered() -> bool:
+            replicas = local.status()["replicas"]
+            return len(replicas) == config.replicas.count and not any(r["stale"] for r in replicas)
+
+        wait_until(registered, 120, why="every replica reporting to the policy")
+        log(f"app up in {time.monotonic() - started:.0f} s at {local.base}")
+        yield local
+    finally:
+        serve.shutdown()
+        ray.shutdown()
