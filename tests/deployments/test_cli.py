@@ -1,0 +1,77 @@
+"""The `specflip` command line: argument and config errors exit 2 with one line; delegation is lazy."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from deployments.cli import build_parser, main
+
+
+def _one_line_error(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str, code: int = 2
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        raise SystemExit(main(argv))
+    assert exited.value.code == code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "the following arguments are required: command"),
+        (["serve"], "the following arguments are required: --config"),
+        (["serve", "--config", "x.yaml", "--port", "eighty"], "invalid int value: 'eighty'"),
+        (["models"], "the following arguments are required: models_command"),
+        (["models", "build"], "the following arguments are required: --out"),
+        (["launch"], "invalid choice: 'launch'"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    _one_line_error(capsys, argv, expected)
+
+
+def test_bad_config_file_exits_2_with_the_reason(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    _one_line_error(capsys, ["serve", "--config", str(tmp_path / "nope.yaml")], "nope.yaml: cannot read")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {path: /t}\npolicy: {high: 2, low: 3}\n")
+    _one_line_error(capsys, ["serve", "--config", str(bad)], "policy: need 0 <= low < high")
+
+
+def test_demo_rejects_nonsense_load_before_building_anything(capsys: pytest.CaptureFixture[str]) -> None:
+    _one_line_error(
+        capsys, ["demo", "--high-clients", "0"], "--high-clients and every --phase-s must be positive"
+    )
+
+
+def test_parser_defaults() -> None:
+    args = build_parser().parse_args(["demo"])
+    assert (args.port, tuple(args.phase_s), args.high_clients, args.keep_serving) == (
+        8000,
+        (20.0, 35.0, 25.0),
+        12,
+        False,
+    )
+    assert build_parser().parse_args(["bench", "--", "--rates", "1,2"]).args == ["--", "--rates", "1,2"]
+
+
+def test_bench_and_eval_delegate_lazily_or_say_they_are_missing(capsys: pytest.CaptureFixture[str]) -> None:
+    if importlib.util.find_spec("loadtests.sweep") is None:
+        _one_line_error(capsys, ["bench", "--", "--help"], "loadtests.sweep.main is not available", code=1)
+    else:
+        with pytest.raises(SystemExit) as exited:  # the sweep's own argparse answers --help
+            main(["bench", "--", "--help"])
+        assert exited.value.code == 0
+    if importlib.util.find_spec("patched_worker.models.evaluate") is None:
+        _one_line_error(
+            capsys,
+            ["models", "eval", "--pair", "/nowhere"],
+            "patched_worker.models.evaluate.main is not available",
+            code=1,
+        )
