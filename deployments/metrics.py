@@ -20,7 +20,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 __all__ = [
     "CONTENT_TYPE",
@@ -57,6 +64,7 @@ ASGIApp = Callable[
 
 class IngressMetrics:
     def __init__(self) -> None:
+        disable_created_metrics()  # no *_created series: dashboards never use them (process-wide)
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self.requests = Counter(

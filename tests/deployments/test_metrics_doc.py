@@ -1,0 +1,49 @@
+"""docs/metrics.md is what dashboards are built against: it must list exactly the emitted families."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from deployments.metrics import IngressMetrics
+from policy.metrics import PolicyMetrics
+from policy.types import FleetStatus, Override, PolicyConfig, ReplicaStatus, SpecMode, TickStats
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+
+def _documented() -> dict[str, tuple[str, str]]:
+    rows = re.findall(r"^\| `(specflip_[a-z_]+)` \| (\w+) \| ([^|]+) \|", DOC.read_text(), flags=re.M)
+    return {name: (kind, labels.strip()) for name, kind, labels in rows}
+
+
+def _emitted() -> dict[str, tuple[str, str]]:
+    ingress = IngressMetrics()
+    ingress.requests.labels("/v1/completions", "200").inc()
+    for h in (ingress.duration, ingress.ttft, ingress.tpot):
+        h.labels("/v1/completions").observe(0.1)
+    ingress.output_tokens.labels("/v1/completions").inc(3)
+    replica = ReplicaStatus(
+        "r1", SpecMode.ON, SpecMode.OFF, 5.0, 4, 1, 2.8, 2, 0.1, Override.AUTO, True, False, "x"
+    )
+    fleet = FleetStatus((replica,), PolicyConfig(), TickStats(1, 0.1, 1e-4, 1e-4, 2, 0), False, 3.0)
+    policy = PolicyMetrics(lambda: fleet)
+    policy.observe_tick(1e-4, 0)
+    found: dict[str, tuple[str, str]] = {}
+    for family in text_string_to_metric_families(ingress.text() + policy.text()):
+        if family.name.endswith("_created"):
+            continue
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = sorted({k for s in family.samples for k in s.labels if k != "le"})
+        found[name] = (family.type, ", ".join(labels) or "-")
+    return found
+
+
+def test_the_metrics_doc_lists_exactly_the_emitted_families_types_and_labels() -> None:
+    assert _documented() == _emitted()
+
+
+def test_the_ingress_emits_no_created_series() -> None:
+    assert "_created" not in IngressMetrics().text()
