@@ -16,7 +16,7 @@ import zmq
 from sglang.srt.managers.io_struct import RpcReqInput, RpcReqOutput, sock_recv, sock_send
 
 from patched_worker.install import run_scheduler_process
-from patched_worker.state import SpeculationState, SwitchConfig
+from patched_worker.state import SpeculationState, Strategy, SwitchConfig
 from patched_worker.version import check_sglang_version
 
 __all__ = ["SpecFlipEngine", "SpeculationRpcError", "cpu_engine_kwargs"]
@@ -54,6 +54,16 @@ class SpecFlipEngine(Engine):
     def set_speculation(self, enabled: bool) -> None:
         """Ask for speculation ON or OFF; applied at the next decode step (idempotent)."""
         self._specflip_rpc("specflip_set_speculation", enabled=bool(enabled))
+
+    def set_strategy(self, strategy: Strategy) -> None:
+        """Change what the draft does while OFF (takes effect at the next OFF step)."""
+        self._specflip_rpc("specflip_configure", strategy=Strategy(strategy).value)
+
+    def schedule_flips(self, steps: list[int]) -> None:
+        """Toggle speculation at these decode steps from now (1 = next step); replaces earlier ones."""
+        if not steps or min(steps) < 1:
+            raise ValueError("schedule_flips needs step offsets >= 1")
+        self._specflip_rpc("specflip_configure", flip_at=",".join(str(int(s)) for s in steps))
 
     def get_speculation_state(self) -> SpeculationState:
         return SpeculationState.from_json(json.dumps(self._specflip_rpc("specflip_state")))

@@ -4,9 +4,10 @@ Patched (sglang 0.5.17 only; `check_sglang_version` refuses anything else):
 - `EAGLEWorkerV2.forward_batch_generation` (srt/speculative/eagle_worker_v2.py:1103):
   decode steps go through `SpecSwitch.decode_step`; extend steps run upstream unchanged.
 - `EAGLEWorkerV2.on_verify_complete_cpu` (:1285): also feeds the switch's accept-length EMA.
+- `EAGLEWorkerV2.init_cuda_graphs` (:1072): also captures plain DECODE graphs for OFF steps.
 - `Scheduler.handle_rpc_request` (srt/managers/scheduler.py:4304): methods named
   `specflip_*` return their JSON result in `RpcReqOutput.message` (upstream returns "").
-- `Scheduler.specflip_set_speculation` / `Scheduler.specflip_state`: new RPC targets.
+- `Scheduler.specflip_set_speculation` / `specflip_state` / `specflip_configure`: new RPC targets.
 These go when SGLang ships a runtime speculation switch with a plain-decode OFF mode.
 """
 
@@ -16,7 +17,7 @@ import functools
 import json
 from dataclasses import dataclass
 
-from patched_worker.state import SwitchConfig
+from patched_worker.state import Strategy, SwitchConfig
 from patched_worker.version import check_sglang_version
 
 __all__ = ["PatchStatus", "install", "switch_of"]
@@ -57,6 +58,7 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
     upstream_forward = EAGLEWorkerV2.forward_batch_generation
     upstream_verify_complete = EAGLEWorkerV2.on_verify_complete_cpu
     upstream_rpc = Scheduler.handle_rpc_request
+    upstream_init_graphs = EAGLEWorkerV2.init_cuda_graphs
 
     @functools.wraps(upstream_forward)
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
@@ -64,6 +66,14 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
             return upstream_forward(self, batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
         return switch_of(self).decode_step(functools.partial(upstream_forward, self), batch, on_publish,
                                            grammar_barrier)
+
+    @functools.wraps(upstream_init_graphs)
+    def init_cuda_graphs(self):
+        upstream_init_graphs(self)
+        from patched_worker.cuda_graphs import build_plain_decode_graphs
+
+        sw = switch_of(self)
+        sw.plain_decode_graphs, sw.plain_decode_graphs_note = build_plain_decode_graphs(self)
 
     @functools.wraps(upstream_verify_complete)
     def on_verify_complete_cpu(self, num_correct_drafts_per_req, batch_size=0):
@@ -80,6 +90,14 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
     def specflip_set_speculation(self, enabled: bool) -> dict:
         _switch(self).request(enabled)
         return {"requested": bool(enabled)}
+
+    def specflip_configure(self, strategy: str = "", flip_at: str = "") -> dict:
+        sw = _switch(self)
+        if strategy:
+            sw.set_strategy(Strategy(strategy))
+        if flip_at:
+            sw.schedule_flips([int(k) for k in flip_at.split(",")])
+        return {"strategy": sw.config.strategy.value}
 
     def specflip_state(self) -> dict:
         running = len(self.running_batch.reqs) if self.running_batch is not None else 0
@@ -102,12 +120,16 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
 
     EAGLEWorkerV2.forward_batch_generation = forward_batch_generation
     EAGLEWorkerV2.on_verify_complete_cpu = on_verify_complete_cpu
+    EAGLEWorkerV2.init_cuda_graphs = init_cuda_graphs
     Scheduler.handle_rpc_request = handle_rpc_request
     Scheduler.specflip_set_speculation = specflip_set_speculation
     Scheduler.specflip_state = specflip_state
+    Scheduler.specflip_configure = specflip_configure
     _INSTALLED = PatchStatus(True, version, (
         "EAGLEWorkerV2.forward_batch_generation", "EAGLEWorkerV2.on_verify_complete_cpu",
-        "Scheduler.handle_rpc_request", "Scheduler.specflip_set_speculation", "Scheduler.specflip_state"))
+        "EAGLEWorkerV2.init_cuda_graphs",
+        "Scheduler.handle_rpc_request", "Scheduler.specflip_set_speculation", "Scheduler.specflip_state",
+        "Scheduler.specflip_configure"))
     return _INSTALLED
 
 

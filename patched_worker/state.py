@@ -54,6 +54,8 @@ class SpeculationState:
     waiting: int
     patched: bool = True
     sglang_version: str = ""
+    off_cuda_graphs: bool = False  # OFF steps replay plain DECODE CUDA graphs
+    off_cuda_graphs_note: str = ""  # why not, when they do not
     # recent decode steps: (step index, mode "on"/"off"/"resync", batch size, mean accept length)
     trace: list[tuple[int, str, int, float]] = field(default_factory=list)
 

@@ -15,6 +15,7 @@ both modes, so requests prefilled while OFF have a complete draft KV.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 
 from patched_worker import draft_sync, off_decode
@@ -31,14 +32,23 @@ class SpecSwitch:
         self.requested = config.start_enabled
         self.toggles = self.on_steps = self.off_steps = self.resyncs = 0
         self.accept_ema: float | None = None
-        self.plain_decode_graphs = None  # set by patched_worker.cuda_graphs on CUDA hosts
+        self.plain_decode_graphs = None  # PlainDecodeGraphRunner on CUDA hosts with graphs enabled
+        self.plain_decode_graphs_note = "not captured yet"
         self._step = 0
+        self._flip_at: set[int] = set()  # scripted flips: decode step numbers at which `requested` toggles
         self._launched: collections.deque[tuple[int, str, int]] = collections.deque(maxlen=4096)
         self.trace: collections.deque[tuple[int, str, int, float]] = collections.deque(maxlen=config.trace_len)
         self._lock = threading.Lock()
 
     def request(self, enabled: bool) -> None:
         self.requested = bool(enabled)
+
+    def set_strategy(self, strategy: Strategy) -> None:
+        self.config = dataclasses.replace(self.config, strategy=strategy)
+
+    def schedule_flips(self, offsets: list[int]) -> None:
+        """Toggle the requested mode at these decode steps from now (1 = the next one): reproducible runs."""
+        self._flip_at = {self._step + k for k in offsets if k > 0}
 
     def _apply(self, enabled: bool) -> None:
         if enabled != self.enabled:
@@ -49,6 +59,9 @@ class SpecSwitch:
         """One decode iteration: upstream EAGLE-3 when ON, a plain decode when OFF."""
         if batch.forward_mode.is_idle():
             return upstream(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
+        if self._step + 1 in self._flip_at:
+            self._flip_at.discard(self._step + 1)
+            self.requested = not self.requested
         if self.requested != self.enabled and (not self.requested or self.config.strategy is Strategy.COLD):
             self._apply(self.requested)  # OFF takes effect now; cold ON too (no resync)
         bs = len(batch.seq_lens)
@@ -105,4 +118,5 @@ class SpecSwitch:
             steps=w.speculative_num_steps, topk=w.topk, draft_tokens=w.speculative_num_draft_tokens,
             toggles=self.toggles, accept_length_ema=self.accept_ema, on_steps=self.on_steps,
             off_steps=self.off_steps, resyncs=self.resyncs, running=running, waiting=waiting,
-            patched=True, sglang_version=version, trace=list(self.trace))
+            patched=True, sglang_version=version, off_cuda_graphs=self.plain_decode_graphs is not None,
+            off_cuda_graphs_note=self.plain_decode_graphs_note, trace=list(self.trace))

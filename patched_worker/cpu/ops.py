@@ -13,10 +13,11 @@ to the fused Intel-AMX kernel path, which these ops do not cover).
 from __future__ import annotations
 
 import ctypes
+import os
 
 import torch
 
-__all__ = ["register", "OP_SCHEMAS"]
+__all__ = ["register", "OP_SCHEMAS", "FAULTS", "FAULT_ENV"]
 
 
 def copy_all_layer_kv_cache(data_ptrs, strides, tgt_loc, src_loc):
@@ -285,6 +286,15 @@ OP_SCHEMAS = {
         "Tensor? sinks, Tensor? tree_mask) -> ()", extend_attention),
 }
 
+def _fault_accept_all_drafts(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                             retrive_next_token, retrive_next_sibling, target_predict):
+    """FAILURE INJECTION (tests only): a broken verify that accepts the first draft at every depth."""
+    verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                       retrive_next_token, retrive_next_sibling, candidates.roll(-1, dims=1))
+
+
+FAULTS = {"accept_all_drafts": ("verify_tree_greedy_cpu", _fault_accept_all_drafts)}
+FAULT_ENV = "SPECFLIP_CPU_FAULT"  # set only by tests that prove the equivalence check can fail
 _lib: torch.library.Library | None = None
 
 
@@ -293,8 +303,15 @@ def register() -> None:
     global _lib
     if _lib is not None:
         return
+    impls = {name: fn for name, (_, fn) in OP_SCHEMAS.items()}
+    fault = os.environ.get(FAULT_ENV)
+    if fault:
+        if fault not in FAULTS:
+            raise RuntimeError(f"{FAULT_ENV}={fault!r}: unknown fault, known: {', '.join(FAULTS)}")
+        op, fn = FAULTS[fault]
+        impls[op] = fn
     lib = torch.library.Library("sgl_kernel", "DEF")
-    for name, (schema, fn) in OP_SCHEMAS.items():
+    for name, (schema, _) in OP_SCHEMAS.items():
         lib.define(name + schema)
-        lib.impl(name, fn, "CPU")
+        lib.impl(name, impls[name], "CPU")
     _lib = lib

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["target_config", "train_target", "token_stream"]
+__all__ = ["target_config", "train_target", "token_stream", "unlikelihood_loss"]
 
 
 def target_config(tokenizer, hidden: int, layers: int, intermediate: int, heads: int, kv_heads: int):
@@ -31,9 +31,24 @@ def token_stream(tokenizer, texts: list[str]) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.int64)
 
 
+def unlikelihood_loss(logp: torch.Tensor, context: torch.Tensor, target: torch.Tensor, window: int) -> torch.Tensor:
+    """Token-level unlikelihood (Welleck et al., 2019): push down recently seen tokens other than the target.
+
+    logp [B,T,V] log-probs predicting target [B,T]; context [B,T] the inputs. Candidates at t
+    are the inputs at t-window+1..t other than target[t] (a token seen twice counts twice).
+    Greedy decoding of a tiny model otherwise falls into short loops.
+    """
+    B, T, _ = logp.shape
+    padded = torch.cat([context.new_zeros((B, window - 1)), context], 1)
+    recent = padded.unfold(1, window, 1)  # [B, T, window]
+    valid = (torch.arange(T)[:, None] - window + 1 + torch.arange(window) >= 0) & (recent != target[..., None])
+    p = logp.gather(2, recent).exp().clamp(max=1 - 1e-5)
+    return -(torch.log1p(-p) * valid).sum(-1).mean()
+
+
 def train_target(model, stream: torch.Tensor, *, steps: int, batch: int, seq: int, lr: float, seed: int,
-                 log: Callable[[str], None]) -> float:
-    """AdamW with warm-up and cosine decay on random windows of `stream`; returns the last loss."""
+                 log: Callable[[str], None], unlikelihood: float = 0.0, ul_window: int = 64) -> float:
+    """AdamW with warm-up and cosine decay on random windows of `stream`; returns the last LM loss."""
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     warm = max(1, steps // 20)
@@ -44,9 +59,12 @@ def train_target(model, stream: torch.Tensor, *, steps: int, batch: int, seq: in
     for step in range(steps):
         starts = torch.randint(0, stream.numel() - seq, (batch,), generator=g)
         x = torch.stack([stream[s: s + seq] for s in starts.tolist()])
-        loss = model(input_ids=x, labels=x).loss  # HF shifts the labels by one internally
+        logp = torch.log_softmax(model(input_ids=x).logits[:, :-1].float(), -1)
+        loss = torch.nn.functional.nll_loss(logp.flatten(0, 1), x[:, 1:].flatten())
+        total = loss + unlikelihood * unlikelihood_loss(logp, x[:, :-1], x[:, 1:], ul_window) if unlikelihood \
+            else loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()

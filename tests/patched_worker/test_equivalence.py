@@ -1,0 +1,73 @@
+"""Greedy output of the real engine on CPU (fp32): plain == HF transformers; EAGLE-3 == plain.
+
+The EAGLE-3 engines use the trained draft, so these runs accept several tokens per verify
+(asserted): the equality covers both accepted and rejected drafts. A last test injects a
+broken verify op and checks that the same comparison catches it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.patched_worker.helpers import NEW_TOKENS, first_mismatch, greedy, mixed_prompts
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def prompts(model_pair):
+    return mixed_prompts(model_pair)
+
+
+@pytest.fixture(scope="module")
+def plain_ids(engines, prompts):
+    outs = engines.plain().generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
+    return [o["output_ids"] for o in outs]
+
+
+def test_plain_engine_matches_hf_transformers_greedy(model_pair, prompts, plain_ids):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(model_pair.target, torch_dtype=torch.float32).eval()
+    hf = []
+    with torch.no_grad():
+        for ids in prompts:
+            out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                 do_sample=False, pad_token_id=model.config.pad_token_id)
+            hf.append(out[0, len(ids):].tolist())
+    assert all(len(x) == NEW_TOKENS for x in plain_ids)
+    assert first_mismatch(plain_ids, hf) is None, first_mismatch(plain_ids, hf)
+
+
+@pytest.mark.parametrize(("topk", "steps", "draft_tokens"), [(1, 3, 4), (4, 3, 8)])
+def test_eagle3_greedy_equals_plain_batched(engines, prompts, plain_ids, topk, steps, draft_tokens):
+    engine = engines.spec(topk, steps, draft_tokens)
+    outs = engine.generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
+    ids = [o["output_ids"] for o in outs]
+    assert first_mismatch(ids, plain_ids) is None, first_mismatch(ids, plain_ids)
+    accepted = sum(o["meta_info"]["completion_tokens"] - 1 for o in outs)
+    verifies = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
+    assert accepted / verifies > 1.8, f"the trained draft should be accepted: {accepted / verifies:.2f}"
+
+
+def test_broken_verify_is_caught(model_pair, prompts, plain_ids):
+    """FAILURE INJECTION: a verify that accepts every draft must make the comparison fail."""
+    from patched_worker.cpu.ops import FAULT_ENV
+    from patched_worker.engine import SpecFlipEngine, cpu_engine_kwargs
+
+    os.environ[FAULT_ENV] = "accept_all_drafts"  # read by the ops in the spawned scheduler
+    try:
+        engine = SpecFlipEngine(**cpu_engine_kwargs(model_pair.target, model_pair.draft))
+    finally:
+        del os.environ[FAULT_ENV]
+    try:
+        outs = engine.generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
+    finally:
+        engine.shutdown()
+    ids = [o["output_ids"] for o in outs]
+    differing = sum(a != b for a, b in zip(ids, plain_ids, strict=True))
+    assert first_mismatch(ids, plain_ids) is not None
+    assert differing >= len(prompts) // 2, f"only {differing} outputs changed"

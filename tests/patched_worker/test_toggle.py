@@ -1,0 +1,148 @@
+"""Speculation toggled at random iterations keeps greedy output token-identical (real engine, CPU).
+
+Each run: 8 requests of different prompt lengths and output lengths arrive at staggered
+times (so requests join and finish mid-schedule) while the switch flips at random decode
+steps (scripted in the scheduler, seeded, reproducible). 24 schedules in all over
+{warm_kv, full_extend} x {topk 1, topk 4}; plus flips sent through the control RPC at
+random wall-clock times, a `cold` run, and the edge cases of the issue.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from patched_worker.state import Strategy
+from tests.patched_worker.helpers import (
+    LENGTHS,
+    NEW_TOKENS,
+    first_mismatch,
+    greedy,
+    mixed_prompts,
+    random_schedule,
+    run_staggered,
+)
+
+pytestmark = pytest.mark.engine
+
+CONFIGS = {1: (1, 3, 4), 4: (4, 3, 8)}  # topk -> (topk, steps, draft tokens)
+
+
+@pytest.fixture(scope="module")
+def prompts(model_pair):
+    return mixed_prompts(model_pair)
+
+
+@pytest.fixture(scope="module")
+def reference(engines, prompts):
+    outs = engines.plain().generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
+    return [o["output_ids"] for o in outs]
+
+
+def _reset(engine, strategy: Strategy):
+    engine.set_strategy(strategy)
+    engine.set_speculation(True)
+    engine.generate(input_ids=[[1, 2, 3]], sampling_params=greedy(2))  # applies the pending mode
+
+
+@pytest.mark.parametrize("topk", [1, 4])
+@pytest.mark.parametrize("strategy", [Strategy.WARM_KV, Strategy.FULL_EXTEND])
+def test_random_toggle_schedules_match_plain(engines, prompts, reference, strategy, topk):
+    engine = engines.spec(*CONFIGS[topk])
+    _reset(engine, strategy)
+    before = engine.get_speculation_state()
+    for seed in range(6):
+        rng = random.Random(f"{strategy.value}-{topk}-{seed}")
+        max_new = [rng.randint(8, NEW_TOKENS) for _ in prompts]
+        delays = [rng.choice([0.0, 0.0, 0.1, 0.3, 0.6]) for _ in prompts]
+        engine.schedule_flips(random_schedule(rng))
+        got = run_staggered(engine, prompts, max_new, delays)
+        assert first_mismatch(got, reference) is None, f"seed {seed}: {first_mismatch(got, reference)}"
+    after = engine.get_speculation_state()
+    assert after.toggles - before.toggles >= 12, "the schedules should have flipped the engine"
+    assert after.resyncs > before.resyncs
+    assert after.off_steps > before.off_steps and after.on_steps > before.on_steps
+
+
+def test_flips_through_the_control_rpc_at_random_times(engines, prompts, reference):
+    engine = engines.spec(*CONFIGS[1])
+    _reset(engine, Strategy.WARM_KV)
+    stop = threading.Event()
+    rng = random.Random(7)
+
+    def flipper():
+        while not stop.is_set():
+            engine.set_speculation(rng.random() < 0.5)
+            time.sleep(rng.uniform(0.01, 0.15))
+
+    thread = threading.Thread(target=flipper)
+    thread.start()
+    try:
+        got = run_staggered(engine, prompts, [NEW_TOKENS] * len(prompts), [0.0, 0.2] * (len(prompts) // 2))
+    finally:
+        stop.set()
+        thread.join()
+    assert first_mismatch(got, reference) is None, first_mismatch(got, reference)
+    assert engine.get_speculation_state().toggles > 0
+
+
+def _accept_after_reenable(engine, prompts, strategy: Strategy, off_steps: int = 12, window: int = 6):
+    """Mean accept length over the first `window` verify steps after an OFF stretch."""
+    _reset(engine, strategy)
+    engine.schedule_flips([3, 3 + off_steps])
+    got = run_staggered(engine, prompts, [NEW_TOKENS] * len(prompts), [0.0] * len(prompts))
+    trace = engine.get_speculation_state().trace
+    last_off = max(i for i, t in enumerate(trace) if t[1] in ("off", "resync"))
+    ons = [t[3] for t in trace[last_off + 1:] if t[1] == "on"][:window]
+    return got, sum(ons) / len(ons)
+
+
+def test_cold_stays_correct_but_loses_acceptance(engines, prompts, reference):
+    engine = engines.spec(*CONFIGS[1])
+    got_warm, warm = _accept_after_reenable(engine, prompts, Strategy.WARM_KV)
+    got_cold, cold = _accept_after_reenable(engine, prompts, Strategy.COLD)
+    assert first_mismatch(got_warm, reference) is None
+    assert first_mismatch(got_cold, reference) is None, "cold re-enable must stay correct (the target verifies)"
+    assert cold < warm - 0.3, f"stale draft KV should cost acceptance: cold {cold:.2f} vs warm_kv {warm:.2f}"
+
+
+def test_flip_on_an_idle_engine_is_harmless_and_idempotent(engines, prompts, reference):
+    engine = engines.spec(*CONFIGS[4])
+    _reset(engine, Strategy.WARM_KV)
+    for enabled in (False, False, True, True, False):
+        engine.set_speculation(enabled)
+    state = engine.get_speculation_state()
+    assert state.requested is False and state.enabled is True  # applied at the next decode step only
+    got = engine.generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
+    assert first_mismatch([o["output_ids"] for o in got], reference) is None
+    state = engine.get_speculation_state()
+    assert state.enabled is False and state.on_steps >= 0
+
+
+def test_flip_while_requests_wait_for_memory(engines, model_pair):
+    """More requests than the KV cache holds at once: some wait in the queue across flips."""
+    engine = engines.spec(*CONFIGS[1])
+    _reset(engine, Strategy.WARM_KV)
+    many = mixed_prompts(model_pair, [101] * 48 + LENGTHS)
+    want = engines.plain().generate(input_ids=many, sampling_params=greedy(24))
+    seen_waiting = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen_waiting.append(engine.get_speculation_state().waiting)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    engine.schedule_flips([2, 5, 9, 14, 20, 27, 35, 44])
+    try:
+        got = engine.generate(input_ids=many, sampling_params=greedy(24))
+    finally:
+        stop.set()
+        thread.join()
+    assert [o["output_ids"] for o in got] == [o["output_ids"] for o in want]
+    assert max(seen_waiting) > 0, "the test should have had requests waiting"
