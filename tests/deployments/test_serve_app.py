@@ -36,10 +36,10 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def app(deploy_pair: tuple[str, str]) -> Iterator[LocalApp]:
+def app(model_pair: Any) -> Iterator[LocalApp]:
     # a CPU-sized band: OFF at 4 requests in flight on a replica, back ON at <= 1, quick ticks
     config = cpu_demo_config(
-        deploy_pair,
+        (model_pair.target, model_pair.draft),
         policy={"high": 4, "low": 1, "dwell_s": 1.0, "tick_s": 0.25},
         replicas={"tick_s": 0.25},
         serve={"control_token": TOKEN},
