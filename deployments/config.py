@@ -67,9 +67,12 @@ class SpeculationSettings(_Frozen):
             raise ValueError(
                 f"with topk=1, draft_tokens must be steps+1 (= {self.steps + 1}), got {self.draft_tokens}"
             )
-        if self.draft_tokens > self.steps * self.topk + 1:
+        # SGLang's draft tree: topk candidates at the first step, topk*topk at each later one, plus the root
+        tree = self.topk + (self.steps - 1) * self.topk * self.topk + 1
+        if self.draft_tokens > tree:
             raise ValueError(
-                f"draft_tokens {self.draft_tokens} exceeds steps*topk+1 = {self.steps * self.topk + 1}"
+                f"draft_tokens {self.draft_tokens} exceeds the draft tree of steps={self.steps}, topk={self.topk} "
+                f"({tree} nodes)"
             )
         return self
 
@@ -275,8 +278,21 @@ class SpecFlipConfig(_Frozen):
             raise ConfigError(f"{source}: {where}: {msg}{more}") from None
 
 
+def _resolve_model_paths(data: dict[str, Any], base: str) -> dict[str, Any]:
+    """Relative model paths in a file are relative to the file (replicas run in other directories)."""
+    model = data.get("model")
+    if not isinstance(model, dict):
+        return data
+    resolved = dict(model)
+    for key in ("path", "draft_path", "tokenizer_path"):
+        value = resolved.get(key)
+        if isinstance(value, str) and value and not os.path.isabs(value) and "://" not in value:
+            resolved[key] = os.path.normpath(os.path.join(base, value))
+    return {**data, "model": resolved}
+
+
 def load_config(path: str) -> SpecFlipConfig:
-    """Read a YAML file into a validated config."""
+    """Read a YAML file into a validated config; relative model paths are taken from the file's folder."""
     try:
         with open(path) as f:
             data = yaml.safe_load(f) or {}
@@ -286,4 +302,5 @@ def load_config(path: str) -> SpecFlipConfig:
         raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    data = _resolve_model_paths(data, os.path.dirname(os.path.abspath(path)))
     return SpecFlipConfig.parse(data, source=path)

@@ -53,6 +53,13 @@ def test_disabled_policy_never_flips_but_overrides_still_apply() -> None:
     assert [(a.replica_id, a.enabled) for a in actions] == [("s", True)]
 
 
+def test_tree_shaped_speculation_as_measured_on_the_h200_is_valid() -> None:
+    spec = SpecFlipConfig.parse(
+        {**MIN, "speculation": {"steps": 2, "topk": 4, "draft_tokens": 16}}
+    ).speculation
+    assert (spec.steps, spec.topk, spec.draft_tokens) == (2, 4, 16)
+
+
 def test_yaml_file_loads_and_enums_parse(tmp_path: Path) -> None:
     path = tmp_path / "specflip.yaml"
     path.write_text(
@@ -75,6 +82,10 @@ BAD = [
     ),
     ({**MIN, "policy": {"max_flips_per_tick": 0}}, "policy.max_flips_per_tick"),
     ({**MIN, "speculation": {"steps": 3, "topk": 1, "draft_tokens": 8}}, "with topk=1, draft_tokens must be"),
+    (
+        {**MIN, "speculation": {"steps": 2, "topk": 4, "draft_tokens": 22}},
+        "exceeds the draft tree of steps=2, topk=4",
+    ),
     ({**MIN, "replicas": {"num_gpus": 0}}, "engine.device is cuda but replicas.num_gpus is 0"),
     ({**MIN, "replicas": {"count": 1}, "policy": {"min_on_replicas": 2}}, "min_on_replicas (2) exceeds"),
     ({**MIN, "serve": {"route_prefix": "api"}}, "serve.route_prefix"),

@@ -1,0 +1,107 @@
+"""The app graph as Serve builds it from args, a specflip YAML, and Serve config YAMLs (no cluster)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
+from ray.serve._private.utils import import_attr
+from ray.serve.schema import ServeDeploySchema
+
+import deployments.app as app_module
+from deployments.app import CPU_ENV, assemble, build_app, config_from_args
+from deployments.config import ConfigError, SpecFlipConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "deployments" / "examples"
+GPU_ARGS = {"model": {"path": "/m/target", "draft_path": "/m/draft"}, "replicas": {"count": 3, "num_gpus": 1}}
+
+
+def _graph(app: Any) -> tuple[Any, Any]:
+    """(ingress deployment, replica deployment) of a built application."""
+    ingress = app._bound_deployment  # noqa: SLF001 - Serve keeps the graph here
+    (server_app,) = ingress.init_kwargs["llm_deployments"].values()
+    return ingress, server_app._bound_deployment  # noqa: SLF001
+
+
+def _bundles(server: Any) -> list[dict[str, float]]:
+    return server._replica_config.placement_group_bundles  # noqa: SLF001
+
+
+def test_gpu_replicas_each_get_one_bundle_with_their_gpu_and_the_actor_sees_it() -> None:
+    ingress, server = _graph(build_app(GPU_ARGS))
+    assert ingress.name == "SpecFlipIngress" and ingress.num_replicas == 1
+    assert server.name == "SpecFlipServer:specflip" and server.num_replicas == 3
+    assert _bundles(server) == [{"CPU": 1.0, "GPU": 1.0}]
+    assert server.ray_actor_options["num_gpus"] == 1.0  # the in-process engine needs CUDA_VISIBLE_DEVICES
+    assert "SPECFLIP_CPU" not in str(server.ray_actor_options.get("runtime_env"))
+
+
+def test_cpu_replicas_ask_for_no_gpu_and_switch_the_cpu_shim_on() -> None:
+    args = {**GPU_ARGS, "engine": {"device": "cpu"}, "replicas": {"count": 2, "num_gpus": 0, "num_cpus": 2}}
+    _, server = _graph(build_app(args))
+    assert _bundles(server) == [{"CPU": 2.0}] and "num_gpus" not in server.ray_actor_options
+    assert server.ray_actor_options["runtime_env"]["env_vars"] == CPU_ENV
+
+
+def test_the_config_reaches_both_deployments_and_the_factory_only_the_replicas() -> None:
+    config = SpecFlipConfig.parse(GPU_ARGS)
+
+    def failing_factory(cfg: SpecFlipConfig) -> Any:  # never called here: only bound
+        raise RuntimeError("injected")
+
+    ingress, server = _graph(assemble(config, engine_factory=failing_factory))
+    assert ingress.init_kwargs["config"] == config and server.init_kwargs["config"] == config
+    assert server.init_kwargs["engine_factory"] is failing_factory
+    assert _graph(build_app(GPU_ARGS))[1].init_kwargs["engine_factory"].__name__ == "build_specflip_engine"
+
+
+def test_args_are_a_config_path_or_inline_sections_but_not_both(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("model: {path: rel/target, draft_path: /abs/draft}\n")
+    from_file = config_from_args({"config": str(path)})
+    assert from_file.model.path == str(tmp_path / "rel" / "target")  # relative to the file
+    assert from_file.model.draft_path == "/abs/draft"
+    assert config_from_args(GPU_ARGS).replicas.count == 3
+    with pytest.raises(ConfigError, match="not both"):
+        config_from_args({"config": str(path), "policy": {}})
+    with pytest.raises(
+        ConfigError, match=r"args: replicas.count: Input should be greater than or equal to 1"
+    ):
+        build_app({**GPU_ARGS, "replicas": {"count": 0}})
+
+
+@pytest.mark.parametrize("serve_yaml", ["serve-cpu.yaml", "serve-inline.yaml"])
+def test_serve_config_files_validate_and_build_through_the_import_path(
+    serve_yaml: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)  # serve run resolves args.config against its working directory
+    schema = ServeDeploySchema.model_validate(yaml.safe_load((EXAMPLES / serve_yaml).read_text()))
+    for app_schema in schema.applications:
+        builder = import_attr(app_schema.import_path)
+        app = call_user_app_builder_with_args_if_necessary(builder, app_schema.args)
+        assert _graph(app)[1].num_replicas >= 1
+
+
+@pytest.mark.parametrize("example", ["cpu-tiny.yaml", "h200-llama8b.yaml"])
+def test_example_configs_are_valid(example: str) -> None:
+    config = config_from_args({"config": str(EXAMPLES / example)})
+    assert config.model.path.startswith("/") and config.speculative
+
+
+def test_module_level_app_reads_specflip_config_else_needs_the_tiny_pair(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SPECFLIP_CONFIG", str(EXAMPLES / "h200-llama8b.yaml"))
+    assert _graph(app_module.app)[1].num_replicas == 8
+    monkeypatch.delenv("SPECFLIP_CONFIG")
+    monkeypatch.setenv("SPECFLIP_PAIR_DIR", str(tmp_path / "no-pair"))
+    with pytest.raises(ConfigError, match="specflip models build --out"):
+        _ = app_module.app
+    monkeypatch.setenv("SPECFLIP_PAIR_DIR", os.environ.get("SPECFLIP_MODELS", "/tmp/pair0"))
+    if (Path(os.environ["SPECFLIP_PAIR_DIR"]) / "target" / "config.json").exists():
+        assert _graph(app_module.app)[1].num_replicas == 2  # the embedded CPU default
