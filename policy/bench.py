@@ -9,7 +9,9 @@ Two measurements per rule:
    that demand (queueing when it cannot keep up), report the engine model's tok/s, and
    apply the previous tick's decision. decide() only is timed, wall clock and thread CPU.
 2. simulator: the discrete-event simulator (policy.sim) at the same fleet size on a short
-   low->high->low trace; decide() wall time per tick as the simulator records it.
+   low (8 s) -> high (4 s) -> low (8 s) trace; decide() time per tick as the simulator
+   records it. Few ticks, three of them special (registration of every replica, the whole
+   fleet flipping OFF, then ON), in a process that also holds the simulator's heap.
 Wall time on a shared machine includes time the process waits for a core; the CPU column
 and the load average say how much of that there was. Pure: no ray.
 """
@@ -24,7 +26,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from policy.rules import decide
@@ -119,9 +121,15 @@ def bench_fleet_model(rule: Rule, replicas: int, ticks: int, seed: int = 0) -> T
 
 def bench_simulator(rule: Rule, replicas: int, phase_s: float, seed: int = 0) -> Timing:
     policy = SimPolicy.THRESHOLD if rule is Rule.THRESHOLD else SimPolicy.GOODPUT
-    trace = low_high_low(replicas, phase_s=phase_s)
+    shape = low_high_low(replicas, phase_s=phase_s)  # low phases twice as long: more steady ticks
+    low, high, again = shape.phases
+    trace = replace(
+        shape, phases=(replace(low, duration_s=2 * phase_s), high, replace(again, duration_s=2 * phase_s))
+    )
     res = simulate(trace, policy, config=SimConfig(replicas=replicas, seed=seed, drain_s=1.0))
-    return Timing("simulator", rule, replicas, len(res.decision_s), res.decision_s, (), len(res.flips))
+    return Timing(
+        "simulator", rule, replicas, len(res.decision_s), res.decision_s, res.decision_cpu_s, len(res.flips)
+    )
 
 
 def write_section(path: Path, body: str, heading: str = "## policy") -> None:
@@ -180,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m policy.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=1000)
     ap.add_argument("--ticks", type=int, default=300)
-    ap.add_argument("--sim-phase-s", type=float, default=3.0)
+    ap.add_argument(
+        "--sim-phase-s", type=float, default=4.0, help="high phase; the low ones are twice as long"
+    )
     ap.add_argument("--no-sim", action="store_true", help="skip the (slower) simulator measurement")
     ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
     args = ap.parse_args(argv)

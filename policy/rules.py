@@ -188,11 +188,11 @@ def _dwell_elapsed(rs: ReplicaState, dwell_until: float) -> bool:
 def _hold(rs: ReplicaState, reason: Reason, desired: SpecMode) -> ReplicaState:
     if rs.reason is reason and rs.desired is desired:
         return rs
-    return ReplicaState(desired, rs.last_flip_at, rs.flips, reason)
+    return ReplicaState._make((desired, rs.last_flip_at, rs.flips, reason))  # _make: no kwargs parsing
 
 
 def _flip(rs: ReplicaState, target: SpecMode, now: float, reason: Reason) -> ReplicaState:
-    return ReplicaState(target, now, rs.flips + 1, reason)
+    return ReplicaState._make((target, now, rs.flips + 1, reason))
 
 
 def _explain(
