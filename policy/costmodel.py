@@ -104,13 +104,13 @@ class FitTable:
 
 
 class GoodputView(NamedTuple):
-    """One tick of the goodput model: updated fits and per-replica predictions (lists, slot order)."""
+    """One tick of the goodput model: updated fits and per-replica predictions (slot order)."""
 
     table: FitTable
-    on_tok_s: list[float]
-    off_tok_s: list[float]
-    batch: list[float]
-    accept: list[float]
+    on_tok_s: Floats
+    off_tok_s: Floats
+    batch: Floats  # the load the prediction is for, clipped to [1, batch_cap]
+    accept: Floats  # the accept length it assumes
 
 
 def _solve(sums: Floats, prior: Prior) -> tuple[Floats, Floats]:
@@ -156,4 +156,4 @@ def goodput_tick(
     on_tok = b * a / (on_base + on_per * b)
     off_tok = b / (off_base + off_per * b)
     fits = FitTable(table.ids, _frozen(on), _frozen(off), _frozen(accept), _frozen(fitted_at))
-    return GoodputView(fits, on_tok.tolist(), off_tok.tolist(), b.tolist(), a.tolist())
+    return GoodputView(fits, on_tok, off_tok, b, a)

@@ -39,6 +39,7 @@ class TickResult:
     actions: tuple[SetSpeculation, ...]
     expired: tuple[str, ...]
     decision_s: float  # wall time spent in decide()
+    decision_cpu_s: float  # thread CPU time spent in decide() (excludes waiting for a core)
 
 
 class FleetView:
@@ -83,15 +84,15 @@ class FleetView:
 
     def tick(self, now: float) -> TickResult:
         expired = self._expire(now)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         actions, self._state = decide(self._latest.values(), self._state, self.config, now)
-        spent = time.perf_counter() - started
+        spent, spent_cpu = time.perf_counter() - started, time.thread_time() - started_cpu
         for a in actions:
             self._why[a.replica_id] = a.reason
         self._flips_total += len(actions)
         self._decision_s.append(spent)
         self._last_tick_at = now
-        return TickResult(actions, expired, spent)
+        return TickResult(actions, expired, spent, spent_cpu)
 
     def status(self, now: float) -> FleetStatus:
         replicas = []

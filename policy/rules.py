@@ -47,6 +47,7 @@ from policy.types import (
 __all__ = ["decide", "load_of"]
 
 _ON, _OFF = SpecMode.ON, SpecMode.OFF
+_RULE_HOLD = Reason.RULE_HOLD
 
 
 def load_of(obs: Observation, metric: LoadMetric) -> float:
@@ -80,8 +81,8 @@ def decide(
         gp = goodput_tick(state.fits or FitTable.empty(), obs_list, loads, config)
         margin = config.goodput_margin
         # how far the other mode's predicted gain clears the margin, per current desired mode
-        gain_on = [on / off - 1.0 - margin for on, off in zip(gp.on_tok_s, gp.off_tok_s, strict=True)]
-        gain_off = [off / on - 1.0 - margin for on, off in zip(gp.on_tok_s, gp.off_tok_s, strict=True)]
+        gain_on = (gp.on_tok_s / gp.off_tok_s - 1.0 - margin).tolist()
+        gain_off = (gp.off_tok_s / gp.on_tok_s - 1.0 - margin).tolist()
 
     known, overrides = state.replicas, state.overrides
     replicas: dict[str, ReplicaState] = {}
@@ -122,7 +123,8 @@ def decide(
             else:
                 gap = low - load if load <= low else -1.0
             if gap < 0.0:
-                rs = _hold(rs, Reason.RULE_HOLD, rs.desired)
+                if rs.reason is not _RULE_HOLD:  # the common case costs one identity check
+                    rs = _hold(rs, _RULE_HOLD, rs.desired)
             elif rs.last_flip_at is not None and rs.last_flip_at > dwell_until:
                 rs = _hold(rs, Reason.DWELL, rs.desired)
             else:
@@ -186,11 +188,11 @@ def _dwell_elapsed(rs: ReplicaState, dwell_until: float) -> bool:
 def _hold(rs: ReplicaState, reason: Reason, desired: SpecMode) -> ReplicaState:
     if rs.reason is reason and rs.desired is desired:
         return rs
-    return ReplicaState(desired, rs.last_flip_at, rs.flips, reason)
+    return ReplicaState._make((desired, rs.last_flip_at, rs.flips, reason))  # _make: no kwargs parsing
 
 
 def _flip(rs: ReplicaState, target: SpecMode, now: float, reason: Reason) -> ReplicaState:
-    return ReplicaState(target, now, rs.flips + 1, reason)
+    return ReplicaState._make((target, now, rs.flips + 1, reason))
 
 
 def _explain(
@@ -202,6 +204,6 @@ def _explain(
             return f"load {loads[i]:g} >= high {config.high:g}"
         return f"load {loads[i]:g} <= low {config.low:g}"
     return (
-        f"batch {gp.batch[i]:g}, accept {gp.accept[i]:.2f}: "
-        f"predicted on {gp.on_tok_s[i]:.0f} vs off {gp.off_tok_s[i]:.0f} tok/s"
+        f"batch {float(gp.batch[i]):g}, accept {float(gp.accept[i]):.2f}: "
+        f"predicted on {float(gp.on_tok_s[i]):.0f} vs off {float(gp.off_tok_s[i]):.0f} tok/s"
     )

@@ -17,6 +17,7 @@ gets back the desired mode of the previous tick; then the view ticks `rules.deci
 from __future__ import annotations
 
 import enum
+import gc
 import heapq
 import random
 from collections import deque
@@ -79,6 +80,7 @@ class SimResult:
     on_fraction: tuple[tuple[float, float], ...]  # (time, fraction of replicas ON) at each tick
     flips: tuple[tuple[float, int], ...]  # (time, replica) of every applied mode change
     decision_s: tuple[float, ...]  # wall time of each decide() (dynamic policies)
+    decision_cpu_s: tuple[float, ...]  # thread CPU time of each decide()
     bin_s: float
 
 
@@ -151,10 +153,11 @@ def simulate(
     end = trace.duration_s + config.drain_s
     n_bins = int(end / config.bin_s) + 1
     tokens = [0.0] * n_bins
-    records: list[RequestRecord] = []
+    records = [RequestRecord(a.at, a.prompt_tokens, a.output_tokens) for a in arrivals]
     on_fraction: list[tuple[float, float]] = []
     flips: list[tuple[float, int]] = []
     decision_s: list[float] = []
+    decision_cpu_s: list[float] = []
     events: list[tuple[float, int, int]] = []  # (time, seq, replica) step ends
     seq = 0
 
@@ -214,43 +217,48 @@ def simulate(
         r.decode_time += duration
         r.batch_time += batch * duration
 
-    step_started = [0.0] * config.replicas
-    next_arrival, next_tick, t = 0, tick_s, 0.0
-    while True:
-        t_event = events[0][0] if events else float("inf")
-        t_arrival = arrivals[next_arrival].at if next_arrival < len(arrivals) else float("inf")
-        t = min(t_event, t_arrival, next_tick)
-        if t > end:
-            break
-        if t == next_tick:
-            _tick(reps, fleet, model, t, on_fraction, decision_s)
-            for r in reps:
+    # The request records are long-lived: keep the cyclic GC from rescanning them at every
+    # collection (it would slow the run and be charged to whatever allocates, decide() included).
+    gc.collect()
+    gc.freeze()
+    try:
+        step_started = [0.0] * config.replicas
+        next_arrival, next_tick, t = 0, tick_s, 0.0
+        while True:
+            t_event = events[0][0] if events else float("inf")
+            t_arrival = arrivals[next_arrival].at if next_arrival < len(arrivals) else float("inf")
+            t = min(t_event, t_arrival, next_tick)
+            if t > end:
+                break
+            if t == next_tick:
+                _tick(reps, fleet, model, t, on_fraction, decision_s, decision_cpu_s)
+                for r in reps:
+                    if not r.busy:
+                        start_step(r, t)
+                        step_started[r.idx] = t
+                next_tick += tick_s
+            elif t == t_arrival:
+                q = records[next_arrival]
+                next_arrival += 1
+                r = reps[router.pick()]
+                q.replica = r.idx
+                r.waiting.append(q)
+                router.move(r.idx, +1)
                 if not r.busy:
                     start_step(r, t)
                     step_started[r.idx] = t
-            next_tick += tick_s
-        elif t == t_arrival:
-            a = arrivals[next_arrival]
-            next_arrival += 1
-            q = RequestRecord(a.at, a.prompt_tokens, a.output_tokens)
-            records.append(q)
-            r = reps[router.pick()]
-            q.replica = r.idx
-            r.waiting.append(q)
-            router.move(r.idx, +1)
-            if not r.busy:
+            else:
+                _, _, idx = heapq.heappop(events)
+                r = reps[idx]
+                end_step(r, t, t - step_started[idx])
                 start_step(r, t)
-                step_started[r.idx] = t
-        else:
-            _, _, idx = heapq.heappop(events)
-            r = reps[idx]
-            end_step(r, t, t - step_started[idx])
-            start_step(r, t)
-            step_started[idx] = t
+                step_started[idx] = t
+    finally:
+        gc.unfreeze()
 
     return SimResult(
         policy, trace, config.replicas, end, tuple(records), tuple(tokens), tuple(on_fraction),
-        tuple(flips), tuple(decision_s), config.bin_s,
+        tuple(flips), tuple(decision_s), tuple(decision_cpu_s), config.bin_s,
     )  # fmt: skip
 
 
@@ -261,6 +269,7 @@ def _tick(
     now: float,
     on_fraction: list[tuple[float, float]],
     decision_s: list[float],
+    decision_cpu_s: list[float],
 ) -> None:
     """Every replica reports and takes the answer (the previous tick's decision); then the policy ticks."""
     on_fraction.append((now, sum(r.mode is _ON for r in reps) / len(reps)))
@@ -283,7 +292,9 @@ def _tick(
         )
         r.pending = fleet.report(obs, now).desired
         r.decode_tokens = r.decode_time = r.batch_time = 0.0
-    decision_s.append(fleet.tick(now).decision_s)
+    result = fleet.tick(now)
+    decision_s.append(result.decision_s)
+    decision_cpu_s.append(result.decision_cpu_s)
 
 
 if __name__ == "__main__":

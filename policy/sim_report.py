@@ -161,6 +161,33 @@ def plot(results: dict[SimPolicy, SimResult], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _verdict(metrics: list[PhaseMetrics]) -> str:
+    """One paragraph: the highest-demand phase on output tok/s, the lowest-demand phases on TPOT."""
+    by = {(m.phase, m.policy): m for m in metrics}
+    offered = {m.phase: m.offered_tok_s for m in metrics}
+    top = max(offered, key=lambda p: offered[p])
+    bottom = [p for p in offered if offered[p] <= 1.2 * min(offered.values())]
+    lines = []
+    for dyn in (SimPolicy.THRESHOLD, SimPolicy.GOODPUT):
+        d, on, off = (by[(top, p)] for p in (dyn, SimPolicy.ALWAYS_ON, SimPolicy.ALWAYS_OFF))
+        tpot = "; ".join(
+            f"{p}: TPOT p50 {by[(p, dyn)].tpot_p50_s * 1e3:.2f} ms vs {by[(p, SimPolicy.ALWAYS_ON)].tpot_p50_s * 1e3:.2f} "
+            f"(always-on) / {by[(p, SimPolicy.ALWAYS_OFF)].tpot_p50_s * 1e3:.2f} (always-off)"
+            for p in bottom
+        )
+        lines.append(
+            f"- **{dyn.value}**: at the highest demand ({top}) {d.output_tok_s:.0f} output tok/s vs "
+            f"{on.output_tok_s:.0f} always-on ({d.output_tok_s / on.output_tok_s:.2f}x) and {off.output_tok_s:.0f} "
+            f"always-off ({d.output_tok_s / off.output_tok_s:.3f}x); at the lowest ({tpot})."
+        )
+    return (
+        "Dynamic policies against the static modes (each static mode loses in one regime; a "
+        "dynamic fleet is all-OFF under high load, so it can only match always-off there):\n\n"
+        + "\n".join(lines)
+        + "\n\n"
+    )
+
+
 def _summary(metrics: list[PhaseMetrics]) -> str:
     by = {(m.phase, m.policy): m for m in metrics}
     phases = list(dict.fromkeys(m.phase for m in metrics))
@@ -201,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         plot(results, png, f"{args.replicas} replicas, {title}")
         decisions = [d for r in results.values() for d in r.decision_s]
         sections.append(
-            f"## {title}\n\n![{title}]({png.name})\n\n{markdown_table(metrics)}\n{_summary(metrics)}\n\n"
+            f"## {title}\n\n![{title}]({png.name})\n\n{_verdict(metrics)}{markdown_table(metrics)}\n{_summary(metrics)}\n\n"
             f"Simulated in {time.perf_counter() - started:.1f} s; decide() median "
             f"{statistics.median(decisions) * 1e3:.3f} ms per tick at {args.replicas} replicas.\n"
         )

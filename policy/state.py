@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from policy.costmodel import FitTable
 from policy.types import Override, Reason, SpecMode
@@ -22,9 +22,13 @@ def frozen_map(d: Mapping[K, V]) -> Mapping[K, V]:
     return MappingProxyType(dict(d))
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaState:
-    """What the policy remembers about one replica (rebuilt only when it changes)."""
+class ReplicaState(NamedTuple):
+    """What the policy remembers about one replica.
+
+    A NamedTuple rather than a frozen dataclass: just as immutable and typed, and ~5x
+    cheaper to build (a frozen dataclass pays object.__setattr__ per field). `decide` may
+    rebuild hundreds per tick at 1000 replicas (reasons change as loads cross a band).
+    """
 
     desired: SpecMode
     last_flip_at: float | None  # None: never flipped (dwell satisfied)

@@ -102,7 +102,9 @@ class Observation:
     mode: SpecMode  # actual mode of the engine now
     patched: bool  # engine patch installed (never flip an unpatched replica)
     accept_length: float | None  # EMA of accepted tokens per verify while ON (None if unknown)
-    decode_tok_s: float | None = None  # measured output tok/s over the last tick (goodput fit)
+    # goodput fit: output tokens of decode steps / seconds spent in decode steps, over the last tick
+    # (decode time only, so prefill interruptions do not read as a slower step)
+    decode_tok_s: float | None = None
     reported_at: float = 0.0  # seconds, see the class docstring
     decode_batch: float | None = None  # mean running batch over the decode_tok_s window (else `running`)
     mode_age_s: float | None = (

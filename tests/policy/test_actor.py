@@ -96,14 +96,14 @@ def test_several_replicas_register_report_and_get_their_desired_mode_in_the_same
 
 
 def test_replicas_that_stop_reporting_expire_after_the_ttl(ray_cluster: None) -> None:
-    config = PolicyConfig(tick_s=0.1, dwell_s=0, stale_after_s=0.3, ttl_s=0.8)
+    config = PolicyConfig(tick_s=0.1, dwell_s=0, stale_after_s=0.5, ttl_s=1.5)
     name = _name()
     actor = get_or_create_policy_actor(name, config, namespace=NS)
     alive = PolicyClient("alive", name, config, namespace=NS, timeout_s=10)
     gone = PolicyClient("gone", name, config, namespace=NS, timeout_s=10)
     gone.report(_obs("gone", 5, ON))
     started = time.monotonic()
-    while time.monotonic() - started < 1.5:  # the background tick runs meanwhile
+    while time.monotonic() - started < 2.5:  # the background tick runs meanwhile
         alive.report(_obs("alive", 5, ON))
         time.sleep(0.1)
     status = ray.get(actor.status.remote())
@@ -167,14 +167,14 @@ def test_killed_actor_clients_fall_back_locally_then_the_restarted_actor_resumes
         lambda: all(
             d.source is DecisionSource.ACTOR and d.reason != Reason.NEW.value for d in tick().values()
         ),
-        10,
+        30,
     )
     assert modes == {"hot": OFF, "cold": ON}  # the actor decided
     # the replicas are now told to stay; flip them back so the local rule has something to decide
     modes.update(hot=ON, cold=OFF)
 
     ray.kill(actor, no_restart=False)
-    _until(lambda: all(d.source is DecisionSource.LOCAL_FALLBACK for d in tick().values()), 10, every_s=0.05)
+    _until(lambda: all(d.source is DecisionSource.LOCAL_FALLBACK for d in tick().values()), 30, every_s=0.05)
     local = tick()
     assert sync_client.state.source is DecisionSource.LOCAL_FALLBACK
     assert async_client.state.consecutive_failures >= 2
@@ -182,11 +182,11 @@ def test_killed_actor_clients_fall_back_locally_then_the_restarted_actor_resumes
     assert "local fallback" in local["hot"].reason
     assert DecisionSource.ACTOR_CACHED in seen["hot"]  # the first failure kept the actor's last answer
 
-    _until(lambda: all(d.source is DecisionSource.ACTOR for d in tick().values()), 30, every_s=0.2)
+    _until(lambda: all(d.source is DecisionSource.ACTOR for d in tick().values()), 60, every_s=0.2)
     status = ray.get(actor.status.remote())
     assert status.restarted and {r.replica_id for r in status.replicas} == {"hot", "cold"}
     loads.update(hot=0, cold=100)  # load moves: the restarted actor must be the one deciding
-    _until(lambda: {rid: d.desired for rid, d in tick().items()} == {"hot": ON, "cold": OFF}, 10, every_s=0.2)
+    _until(lambda: {rid: d.desired for rid, d in tick().items()} == {"hot": ON, "cold": OFF}, 30, every_s=0.2)
     assert (
         sync_client.state.source is DecisionSource.ACTOR and async_client.state.source is DecisionSource.ACTOR
     )
