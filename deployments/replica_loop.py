@@ -58,8 +58,6 @@ class SpeculationLoop:
         self._tick_s, self._timeout_s, self._clock = tick_s, probe_timeout_s, clock
         self._pending: asyncio.Future[SpeculationState] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._last_step = -1  # last decode step index already counted for decode_tok_s
-        self._last_tick_at: float | None = None
         self.last_state: SpeculationState | None = None
         self.last_decision: ClientDecision | None = None
         self.last_error: str | None = None
@@ -111,7 +109,6 @@ class SpeculationLoop:
     # -- one tick ----------------------------------------------------------------------------
     async def tick(self) -> ClientDecision | None:
         """Read state, report, apply. Returns the policy's answer (None if the engine did not answer)."""
-        now = self._clock()
         try:
             state: SpeculationState | None = await self.read_state(self._timeout_s)
         except Exception as err:
@@ -119,7 +116,7 @@ class SpeculationLoop:
                 self.last_error = f"state read failed: {type(err).__name__}: {err}"[:300]
                 return None
             state = None  # engine without EAGLE: report load, never switch
-        obs = self._observation(state, now)
+        obs = self._observation(state)
         decision = await self._reporter.report_async(obs)
         self.last_state, self.last_decision, self.last_error = state, decision, None
         want_on = decision.desired is SpecMode.ON
@@ -135,7 +132,7 @@ class SpeculationLoop:
             )
         return decision
 
-    def _observation(self, state: SpeculationState | None, now: float) -> Observation:
+    def _observation(self, state: SpeculationState | None) -> Observation:
         if state is None:
             in_flight = len(getattr(self._engine.tokenizer_manager, "rid_to_state", {}))
             return Observation(
@@ -146,7 +143,6 @@ class SpeculationLoop:
                 patched=False,
                 accept_length=None,
             )
-        tok_s, batch = self._decode_rate(state, now)
         # a switch lands at the next decode step: an idle engine already runs the requested mode
         # for whatever comes next, a busy one the mode in effect
         on = state.requested if state.running + state.waiting == 0 else state.enabled
@@ -157,26 +153,9 @@ class SpeculationLoop:
             mode=SpecMode.ON if on else SpecMode.OFF,
             patched=state.patched,
             accept_length=state.accept_length_ema,
-            decode_tok_s=tok_s,
-            decode_batch=batch,
+            # decode_tok_s stays None: the goodput fit wants decode-step time only, and the engine's
+            # state has no per-step durations yet (the rule then uses its priors)
         )
-
-    def _decode_rate(self, state: SpeculationState, now: float) -> tuple[float | None, float | None]:
-        """Output tok/s and mean batch over the decode steps since the last tick (from the state's trace).
-
-        None when nothing was decoded, or when the trace dropped steps of the window (it is bounded).
-        """
-        since, self._last_tick_at = self._last_tick_at, now
-        new = [t for t in state.trace if t[0] > self._last_step]
-        if not new:
-            return None, None
-        complete = self._last_step >= 0 and new[0][0] == self._last_step + 1
-        self._last_step = new[-1][0]
-        if not complete or since is None or now <= since:
-            return None, None
-        # tokens per step: ON accepts `mean accept length` per request, OFF one, a resync none
-        tokens = sum(b * (acc if mode == "on" else 1.0 if mode == "off" else 0.0) for _, mode, b, acc in new)
-        return tokens / (now - since), sum(b for _, _, b, _ in new) / len(new)
 
     def describe(self) -> dict[str, Any]:
         """This replica's own view, for logs and debugging."""
