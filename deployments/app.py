@@ -90,8 +90,15 @@ def assemble(config: SpecFlipConfig, *, engine_factory: EngineFactory = build_sp
     from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
 
     ingress_cls = make_fastapi_ingress(SpecFlipIngress, endpoint_map=ENDPOINTS, app=_ingress_app())
-    options = {"num_replicas": 1, "max_ongoing_requests": 100_000, "ray_actor_options": {"num_cpus": 0}}
-    return serve.deployment(ingress_cls, name="SpecFlipIngress", **options).bind(
+    # one ingress replica: its metrics stay monotonic for Prometheus; it does no heavy work
+    ingress: Any = serve.deployment(
+        ingress_cls,
+        name="SpecFlipIngress",
+        num_replicas=1,
+        max_ongoing_requests=100_000,
+        ray_actor_options={"num_cpus": 0},
+    )
+    return ingress.bind(
         llm_deployments={config.model.id: server},
         model_cards={config.model.id: to_model_metadata(config.model.id, llm_config)},
         config=config,

@@ -44,22 +44,24 @@ class Device(enum.StrEnum):
 
 
 class ModelSettings(_Frozen):
-    id: str = Field("specflip", description="Model name clients pass as `model` in OpenAI requests.")
+    id: str = Field(default="specflip", description="Model name clients pass as `model` in OpenAI requests.")
     path: str = Field(..., description="Target model directory (HF format) on every replica's filesystem.")
     draft_path: str | None = Field(
-        None, description="EAGLE-3 draft directory; None serves without speculation."
+        default=None, description="EAGLE-3 draft directory; None serves without speculation."
     )
-    tokenizer_path: str | None = Field(None, description="Tokenizer directory if not the target's.")
+    tokenizer_path: str | None = Field(default=None, description="Tokenizer directory if not the target's.")
 
 
 class SpeculationSettings(_Frozen):
-    steps: int = Field(3, ge=1, le=16, description="Draft steps per verify while ON.")
-    topk: int = Field(1, ge=1, le=16, description="Draft branches per step (1 = chain).")
-    draft_tokens: int = Field(4, ge=2, le=256, description="Tokens verified per step while ON.")
+    steps: int = Field(default=3, ge=1, le=16, description="Draft steps per verify while ON.")
+    topk: int = Field(default=1, ge=1, le=16, description="Draft branches per step (1 = chain).")
+    draft_tokens: int = Field(default=4, ge=2, le=256, description="Tokens verified per step while ON.")
     strategy: Strategy = Field(
-        Strategy.WARM_KV, description="Draft upkeep while OFF: warm_kv | full_extend | cold."
+        default=Strategy.WARM_KV, description="Draft upkeep while OFF: warm_kv | full_extend | cold."
     )
-    start_enabled: bool = Field(True, description="Mode of a replica before the policy's first decision.")
+    start_enabled: bool = Field(
+        default=True, description="Mode of a replica before the policy's first decision."
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> SpeculationSettings:
@@ -87,46 +89,61 @@ _NEVER_MARGIN = 1e12
 
 class PolicySettings(_Frozen):
     enabled: bool = Field(
-        True,
+        default=True,
         description="Run the central policy; false keeps every replica at "
         "speculation.start_enabled unless an operator overrides it.",
     )
     rule: Rule = Field(
-        _P.rule,
+        default=_P.rule,
         description="Decision rule: threshold (hysteresis on load) | goodput (predicted "
         "tok/s with vs without speculation).",
     )
     load_metric: LoadMetric = Field(
-        _P.load_metric, description="What counts as a replica's load: running+waiting | running | waiting."
+        default=_P.load_metric,
+        description="What counts as a replica's load: running+waiting | running | waiting.",
     )
-    high: float = Field(_P.high, gt=0, description="threshold: turn speculation OFF when load >= high.")
-    low: float = Field(_P.low, ge=0, description="threshold: turn speculation back ON when load <= low.")
-    dwell_s: float = Field(_P.dwell_s, ge=0, description="Minimum seconds between two flips of one replica.")
+    high: float = Field(
+        default=_P.high, gt=0, description="threshold: turn speculation OFF when load >= high."
+    )
+    low: float = Field(
+        default=_P.low, ge=0, description="threshold: turn speculation back ON when load <= low."
+    )
+    dwell_s: float = Field(
+        default=_P.dwell_s, ge=0, description="Minimum seconds between two flips of one replica."
+    )
     goodput_margin: float = Field(
-        _P.goodput_margin,
+        default=_P.goodput_margin,
         ge=0,
         description="goodput: flip only if the other mode is predicted better by this fraction.",
     )
     default_accept_length: float = Field(
-        _P.default_accept_length,
+        default=_P.default_accept_length,
         ge=1,
         description="goodput: accept length assumed until a replica reports one.",
     )
     max_flips_per_tick: int | None = Field(
-        _P.max_flips_per_tick,
+        default=_P.max_flips_per_tick,
         ge=1,
         description="Fleet limit: rule flips per policy tick; null = no limit (overrides never count).",
     )
     min_on_replicas: int = Field(
-        _P.min_on_replicas, ge=0, description="Keep at least this many replicas ON for latency traffic."
+        default=_P.min_on_replicas,
+        ge=0,
+        description="Keep at least this many replicas ON for latency traffic.",
     )
     stale_after_s: float = Field(
-        _P.stale_after_s, gt=0, description="A replica whose last report is older is never flipped."
+        default=_P.stale_after_s, gt=0, description="A replica whose last report is older is never flipped."
     )
-    tick_s: float = Field(_P.tick_s, gt=0, le=60, description="Seconds between two policy decisions (actor).")
-    ttl_s: float = Field(_P.ttl_s, gt=0, description="Forget a replica that has not reported for this long.")
+    tick_s: float = Field(
+        default=_P.tick_s, gt=0, le=60, description="Seconds between two policy decisions (actor)."
+    )
+    ttl_s: float = Field(
+        default=_P.ttl_s, gt=0, description="Forget a replica that has not reported for this long."
+    )
     actor_name: str = Field(
-        "specflip-policy", min_length=1, description="Name of the policy actor in the Serve namespace."
+        default="specflip-policy",
+        min_length=1,
+        description="Name of the policy actor in the Serve namespace.",
     )
 
     @model_validator(mode="after")
@@ -161,66 +178,74 @@ class PolicySettings(_Frozen):
 
 
 class EngineSettings(_Frozen):
-    device: Device = Field(Device.CUDA, description="cuda (one GPU per replica) or cpu (tests, demos).")
-    dtype: str = Field("auto", description="Model dtype; cpu runs float32.")
+    device: Device = Field(
+        default=Device.CUDA, description="cuda (one GPU per replica) or cpu (tests, demos)."
+    )
+    dtype: str = Field(default="auto", description="Model dtype; cpu runs float32.")
     attention_backend: str | None = Field(
-        None, description="None picks flashinfer on cuda, intel_amx/torch_native on cpu."
+        default=None, description="None picks flashinfer on cuda, intel_amx/torch_native on cpu."
     )
     max_running_requests: int = Field(
-        128, ge=1, description="Decode batch cap (SGLang defaults to 48 with speculation)."
+        default=128, ge=1, description="Decode batch cap (SGLang defaults to 48 with speculation)."
     )
     max_total_tokens: int | None = Field(
-        None, ge=256, description="KV cache size in tokens; None = from memory (cpu: 8192)."
+        default=None, ge=256, description="KV cache size in tokens; None = from memory (cpu: 8192)."
     )
     context_length: int | None = Field(
-        None,
+        default=None,
         ge=16,
         description="Max prompt + output tokens; None = the model's. Requests beyond it get a 400.",
     )
     mem_fraction_static: float | None = Field(
-        None, gt=0, lt=1, description="GPU memory fraction for weights + KV."
+        default=None, gt=0, lt=1, description="GPU memory fraction for weights + KV."
     )
-    disable_cuda_graph: bool = Field(False, description="Run eager (always true on cpu).")
-    load_format: str | None = Field(None, description="'dummy' for random weights (benchmarks).")
+    disable_cuda_graph: bool = Field(default=False, description="Run eager (always true on cpu).")
+    load_format: str | None = Field(default=None, description="'dummy' for random weights (benchmarks).")
     extra: dict[str, Any] = Field(
         default_factory=dict, description="Other sglang.Engine keywords, passed as-is."
     )
 
 
 class ReplicaSettings(_Frozen):
-    count: int = Field(2, ge=1, le=1024, description="Number of engine replicas (fixed; no autoscaling).")
-    num_gpus: float = Field(1.0, ge=0, description="GPUs per replica (cuda); ignored on cpu.")
-    num_cpus: float = Field(1.0, ge=0, description="CPUs per replica (Ray resource).")
+    count: int = Field(
+        default=2, ge=1, le=1024, description="Number of engine replicas (fixed; no autoscaling)."
+    )
+    num_gpus: float = Field(default=1.0, ge=0, description="GPUs per replica (cuda); ignored on cpu.")
+    num_cpus: float = Field(default=1.0, ge=0, description="CPUs per replica (Ray resource).")
     max_ongoing_requests: int = Field(
-        256,
+        default=256,
         ge=1,
         description="Requests Ray Serve sends one replica at once; the engine queues what it cannot run.",
     )
     tick_s: float = Field(
-        0.5,
+        default=0.5,
         gt=0,
         le=60,
         description="Seconds between a replica's load reports to the policy (and mode updates it applies).",
     )
-    report_timeout_s: float = Field(1.0, gt=0, description="Timeout of one report to the policy actor.")
+    report_timeout_s: float = Field(
+        default=1.0, gt=0, description="Timeout of one report to the policy actor."
+    )
     fallback_after_ticks: int = Field(
-        3,
+        default=3,
         ge=1,
         description="After this many failed reports in a row the replica decides locally on its own load.",
     )
     health_timeout_s: float = Field(
-        10.0,
+        default=10.0,
         gt=0,
         description="Engine probe timeout of a health check (Ray Serve restarts a replica that fails it).",
     )
 
 
 class ServeSettings(_Frozen):
-    route_prefix: str = Field("/", pattern="^/", description="HTTP route prefix of the OpenAI API.")
-    host: str = Field("0.0.0.0", description="HTTP bind address.")
-    port: int = Field(8000, ge=1, le=65535, description="HTTP port (API, /specflip control and /metrics).")
+    route_prefix: str = Field(default="/", pattern="^/", description="HTTP route prefix of the OpenAI API.")
+    host: str = Field(default="0.0.0.0", description="HTTP bind address.")
+    port: int = Field(
+        default=8000, ge=1, le=65535, description="HTTP port (API, /specflip control and /metrics)."
+    )
     control_token: str | None = Field(
-        None,
+        default=None,
         description="Bearer token for control endpoints; falls back to "
         "$SPECFLIP_CONTROL_TOKEN; control is refused if unset.",
     )

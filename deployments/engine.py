@@ -71,11 +71,12 @@ def engine_kwargs(config: SpecFlipConfig) -> dict[str, Any]:
             log_level="error",
             **common,
         )
-        for key, value in (
+        optional: tuple[tuple[str, Any], ...] = (
             ("attention_backend", e.attention_backend),
             ("max_total_tokens", e.max_total_tokens),
             ("mem_fraction_static", e.mem_fraction_static),
-        ):
+        )
+        for key, value in optional:
             if value is not None:
                 kw[key] = value
         if m.draft_path:

@@ -17,7 +17,8 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, get_args
+from collections.abc import AsyncIterator
+from typing import Any, cast, get_args
 
 from fastapi import HTTPException, Request
 from pydantic import ValidationError
@@ -140,7 +141,11 @@ class SpecFlipIngress(OpenAiIngress):
             return client_error
         if isinstance(response, StreamingResponse):
             response.body_iterator = observe_stream(
-                response.body_iterator, endpoint, started, keep_usage=keep_usage, metrics=self._metrics
+                cast(AsyncIterator[str | bytes], response.body_iterator),
+                endpoint,
+                started,
+                keep_usage=keep_usage,
+                metrics=self._metrics,
             )
         elif isinstance(response, JSONResponse):
             tokens = usage_tokens(_json_body(response))

@@ -120,7 +120,7 @@ class SpecFlipServer(SGLangServer):
     @staticmethod
     def _build_sampling_params(request: Any) -> dict[str, Any]:
         params: dict[str, Any] = SGLangServer._build_sampling_params(request)
-        fields_set = getattr(request, "model_fields_set", set())
+        fields_set: set[str] = getattr(request, "model_fields_set", set())
         for name in _SAMPLING_EXTRAS:
             if name in fields_set and getattr(request, name, None) is not None:
                 params[name] = getattr(request, name)
