@@ -102,6 +102,9 @@ def run_local(
         num_cpus = int(config.replicas.count * config.replicas.num_cpus) + 1
     started = time.monotonic()
     log("starting Ray ...")
+    # a busy host can take longer than Serve's 5 s to ready a fresh proxy process; Serve then kills
+    # and restarts it until serve.start gives up (local instances only: a cluster has its own env)
+    os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "30")
     _init_ray(num_cpus)
     try:
         serve.start(http_options={"host": host, "port": port})

@@ -1,0 +1,7 @@
+"""`python -m deployments ...` = the `specflip` command."""
+
+import sys
+
+from deployments.cli import main
+
+sys.exit(main())
