@@ -76,7 +76,7 @@ def test_a_hung_engine_fails_the_health_check_in_time_and_probes_never_pile_up()
         return took
 
     took = asyncio.run(run())
-    assert all(0.25 < t < 2.0 for t in took), took
+    assert all(0.25 < t < 5.0 for t in took), took  # the timeout, not the hang (30 s)
     assert engine.calls == 1  # one RPC in flight, shared by every probe and tick while it hangs
 
 
@@ -104,7 +104,9 @@ def test_a_broken_engine_fails_the_health_check_with_the_reason_and_the_loop_kee
         with pytest.raises(EngineUnhealthy, match="engine probe failed: ConnectionError: scheduler gone"):
             await loop.check_health()
         loop.start()
-        await asyncio.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while engine.calls < 3 and time.monotonic() < deadline:  # ticks go on after failed reads
+            await asyncio.sleep(0.05)
         assert loop._task is not None and not loop._task.done()  # noqa: SLF001 - the loop survives
         loop.stop()
 
