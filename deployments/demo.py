@@ -135,7 +135,7 @@ def drive(
                     )
                     log(
                         f"  t={changes[-1].at_s:5.1f}s  replica {r['replica_id']} -> speculation {r['mode'].upper()} "
-                        f"(load {r['running'] + r['waiting']}, {r['reason']})"
+                        f"(load {r['running'] + r['waiting']} in flight)"
                     )
                     modes[r["replica_id"]] = r["mode"]
             time.sleep(0.5)
