@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--seed", type=int, default=0)
     evaluate = msub.add_parser("eval", help="measure a pair's accept length on the real engine")
     evaluate.add_argument("--pair", required=True, help="pair directory (with target/ and draft/)")
+    evaluate.add_argument(
+        "args", nargs=argparse.REMAINDER, help="more arguments of patched_worker.models.evaluate"
+    )
 
     bench = sub.add_parser("bench", help="load-test sweep (loadtests.sweep); arguments pass through")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments of loadtests.sweep")
@@ -123,15 +126,18 @@ def _models(args: argparse.Namespace) -> int:
         _progress(f"pair ready: target {paths.target}, draft {paths.draft}")
         return 0
     evaluate: Any = _lazy("patched_worker.models.evaluate", "main")
-    result = evaluate(args.pair)
+    result = evaluate(["--pair", args.pair, *_passthrough(args.args)])
     return result if isinstance(result, int) else 0
 
 
 def _bench(args: argparse.Namespace) -> int:
     sweep: Any = _lazy("loadtests.sweep", "main")
-    argv = args.args[1:] if args.args[:1] == ["--"] else args.args
-    result = sweep(argv)
+    result = sweep(_passthrough(args.args))
     return result if isinstance(result, int) else 0
+
+
+def _passthrough(argv: list[str]) -> list[str]:
+    return argv[1:] if argv[:1] == ["--"] else argv
 
 
 def _lazy(module: str, name: str) -> object:
@@ -158,6 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Unavailable as err:
         print(f"specflip: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C before the app was up: run_local has already cleaned up
+        print("specflip: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

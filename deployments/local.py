@@ -88,7 +88,6 @@ def run_local(
     worker_pythonpath: put this first on Ray workers' path (a source checkout that is not installed).
     num_cpus: logical CPUs of a new local Ray instance (default: what the replicas need, plus one).
     """
-    import ray
     from ray import serve
 
     from deployments.app import assemble
@@ -125,5 +124,18 @@ def run_local(
         log(f"app up in {time.monotonic() - started:.0f} s at {local.base}")
         yield local
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        _shutdown()
+
+
+def _shutdown(serve_timeout_s: float = 30.0) -> None:
+    """serve.shutdown, bounded: a SIGTERM sent to our whole process group may have taken Ray's own
+    processes down already, and serve.shutdown would then wait on them; ray.shutdown stops the rest."""
+    import threading
+
+    import ray
+    from ray import serve
+
+    stopper = threading.Thread(target=serve.shutdown, name="serve-shutdown", daemon=True)
+    stopper.start()
+    stopper.join(serve_timeout_s)
+    ray.shutdown()

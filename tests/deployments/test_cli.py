@@ -59,6 +59,10 @@ def test_parser_defaults() -> None:
         False,
     )
     assert build_parser().parse_args(["bench", "--", "--rates", "1,2"]).args == ["--", "--rates", "1,2"]
+    assert build_parser().parse_args(["models", "eval", "--pair", "p", "--prompts", "4"]).args == [
+        "--prompts",
+        "4",
+    ]
 
 
 def test_bench_and_eval_delegate_lazily_or_say_they_are_missing(capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,3 +79,5 @@ def test_bench_and_eval_delegate_lazily_or_say_they_are_missing(capsys: pytest.C
             "patched_worker.models.evaluate.main is not available",
             code=1,
         )
+    else:  # evaluate's own check answers before any engine starts
+        _one_line_error(capsys, ["models", "eval", "--pair", "/nowhere"], "no model pair in /nowhere", code=2)
