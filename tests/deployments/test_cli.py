@@ -59,10 +59,8 @@ def test_parser_defaults() -> None:
         False,
     )
     assert build_parser().parse_args(["bench", "--", "--rates", "1,2"]).args == ["--", "--rates", "1,2"]
-    assert build_parser().parse_args(["models", "eval", "--pair", "p", "--prompts", "4"]).args == [
-        "--prompts",
-        "4",
-    ]
+    evaluate = build_parser().parse_args(["models", "eval", "--pair", "p", "--", "--prompts", "4"])
+    assert evaluate.args == ["--", "--prompts", "4"]
 
 
 def test_bench_and_eval_delegate_lazily_or_say_they_are_missing(capsys: pytest.CaptureFixture[str]) -> None:
