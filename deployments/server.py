@@ -16,6 +16,7 @@ SSE streaming, tokenize and `/v1/models` are inherited; on top:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -116,6 +117,16 @@ class SpecFlipServer(SGLangServer):
     async def check_health(self) -> None:
         await self.loop.check_health()
 
+    def __del__(self) -> None:
+        """Serve calls this on a graceful replica shutdown: stop ticking, stop the engine's processes."""
+        loop, engine = getattr(self, "loop", None), getattr(self, "engine", None)
+        if loop is not None:
+            with contextlib.suppress(Exception):  # its event loop may be closed already
+                loop.stop()
+        if engine is not None:
+            with contextlib.suppress(Exception):  # already gone, or never fully started
+                engine.shutdown()
+
     # -- generation: sampling extras, input errors as 400 -------------------------------------
     @staticmethod
     def _build_sampling_params(request: Any) -> dict[str, Any]:
@@ -126,6 +137,8 @@ class SpecFlipServer(SGLangServer):
                 params[name] = getattr(request, name)
         if "seed" in fields_set and getattr(request, "seed", None) is not None:
             params["sampling_seed"] = request.seed
+        if "max_new_tokens" not in params and getattr(request, "max_completion_tokens", None) is not None:
+            params["max_new_tokens"] = request.max_completion_tokens  # the newer name of max_tokens (chat)
         return params
 
     async def _generate_raw(self, request: Any, prompt: Any) -> dict[str, Any]:
