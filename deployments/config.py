@@ -239,10 +239,17 @@ class ReplicaSettings(_Frozen):
 
 
 class ServeSettings(_Frozen):
-    route_prefix: str = Field(default="/", pattern="^/", description="HTTP route prefix of the OpenAI API.")
-    host: str = Field(default="0.0.0.0", description="HTTP bind address.")
+    # route_prefix, host and port apply where specflip starts Serve itself (`specflip serve`, the demo);
+    # under `serve run/deploy` a Serve config's route_prefix and http_options decide
+    route_prefix: str = Field(
+        default="/", pattern="^/", description="HTTP route prefix of the app (API, /specflip/*, /metrics)."
+    )
+    host: str = Field(default="0.0.0.0", description="HTTP bind address (specflip serve).")
     port: int = Field(
-        default=8000, ge=1, le=65535, description="HTTP port (API, /specflip control and /metrics)."
+        default=8000,
+        ge=1,
+        le=65535,
+        description="HTTP port of the API, /specflip/* and /metrics (specflip serve).",
     )
     control_token: str | None = Field(
         default=None,

@@ -10,11 +10,21 @@ import time
 from typing import Any
 
 import pytest
+import ray
 
 from deployments.replica_loop import EngineUnhealthy, SpeculationLoop
 from patched_worker.engine import SpeculationRpcError
 from policy.actor import PolicyClient
 from policy.types import DecisionSource, PolicyConfig, SpecMode
+
+
+@pytest.fixture(autouse=True)
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policy client must find no actor, and no Ray: keep ray.get_actor from starting a local Ray."""
+    import ray._private.auto_init_hook as hook
+
+    monkeypatch.setattr(hook, "enable_auto_connect", False)
+    assert not ray.is_initialized()
 
 
 class _TokenizerManager:
