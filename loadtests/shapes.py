@@ -9,7 +9,8 @@ Shapes are written as short specs (the CLI and the locustfile use the same ones)
 
 `Schedule.tick(t)` answers what Locust's `LoadTestShape.tick()` wants at run time
 `t`: (users, spawn_rate), or None when the test is over. Users are spawned at
-`spawn_rate` per second; by default a phase's users all start within one second.
+`spawn_rate` per second (Locust stops users at that rate too); by default it is
+the largest phase's user count, so every change of level takes about one second.
 
 Poisson arrivals (open loop): Locust users are closed-loop (one request at a time
 each), so a pool of `users` paces itself: each user draws its next *start time*
@@ -81,13 +82,16 @@ class Schedule:
 
 
 def _phases(named: list[tuple[str, float, int]], spawn_rate: float | None) -> tuple[Phase, ...]:
+    # Locust uses the spawn rate for stopping users too: default to the largest phase,
+    # so every change of level (up or down) completes within about one second.
+    rate = spawn_rate or float(max(users for _, _, users in named))
     out, t = [], 0.0
     for name, dur, users in named:
         if dur <= 0:
             raise ShapeError(f"phase {name!r} needs a positive duration, got {dur}")
         if users < 1:
             raise ShapeError(f"phase {name!r} needs at least 1 user, got {users}")
-        out.append(Phase(name, t, t + dur, users, spawn_rate or float(users)))
+        out.append(Phase(name, t, t + dur, users, rate))
         t += dur
     return tuple(out)
 

@@ -27,32 +27,13 @@ from locust import HttpUser, task
 from loadtests.config import LoadConfig
 from loadtests.hosts import HostBoundUrls, guard_session
 from loadtests.metrics import CANCELLED
+from loadtests.payloads import API_PATHS, build_request
 from loadtests.prompts import Prompt, make_prompts
 from loadtests.records import RequestRecord, StreamAccumulator, write_record
 from loadtests.shapes import PoissonPacer, Schedule
 from loadtests.sse import SseDecoder, parse_chunk
 
-__all__ = ["OpenAIStreamUser", "RunContext", "build_request", "current_context", "set_context"]
-
-API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-
-
-def build_request(cfg: LoadConfig, model: str, prompt: Prompt) -> dict[str, Any]:
-    """The JSON body of one streaming request."""
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": cfg.output_len,
-        "temperature": cfg.temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if cfg.ignore_eos:
-        body["ignore_eos"] = True
-    if cfg.api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt.text}]
-    else:
-        body["prompt"] = prompt.text
-    return body
+__all__ = ["OpenAIStreamUser", "RunContext", "current_context", "set_context"]
 
 
 @dataclass

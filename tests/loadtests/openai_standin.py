@@ -88,15 +88,19 @@ class Replica:
             return "on"
         return self.desired_mode
 
+    def _apply(self, batch: int) -> None:
+        self.desired_mode = self._decide(batch)
+        if self.desired_mode != self.mode:
+            self.mode, self.flips = self.desired_mode, self.flips + 1
+
     def _loop(self) -> None:
         while True:
             with self.lock:
                 while not self.active:
-                    self.lock.wait()
+                    self._apply(0)  # idle: overrides still take effect
+                    self.lock.wait(timeout=0.05)
                 batch = self.active[: self.max_batch]
-                self.desired_mode = self._decide(len(batch))
-                if self.desired_mode != self.mode:
-                    self.mode, self.flips = self.desired_mode, self.flips + 1
+                self._apply(len(batch))
                 on = self.mode == "on"
             step_ms = (10 + 9 * len(batch)) if on else (8 + 1.5 * len(batch))
             time.sleep(step_ms * self.scale / 1000)
