@@ -117,9 +117,15 @@ def plot_transition(transitions: list[TransitionResult], focus: str, path: Path)
     if replicas:
         ax_q.legend(fontsize=8)
     for tr in transitions:
-        xs = [i * tr.bin_s for i in range(len(tr.tok_s))]
-        ax_tok.plot(
-            xs, tr.tok_s, color=COLORS.get(tr.variant), label=tr.variant, lw=1.5 if tr is main else 1.0
+        xs = [i * tr.bin_s for i in range(len(tr.tok_s) + 1)]
+        ys = tr.tok_s + tr.tok_s[-1:]  # one step per bin
+        ax_tok.step(
+            xs,
+            ys,
+            where="post",
+            color=COLORS.get(tr.variant),
+            label=tr.variant,
+            lw=1.8 if tr is main else 1.0,
         )
     ax_tok.set_ylabel("output tokens/s")
     ax_tok.set_xlabel("time since load start (s)")

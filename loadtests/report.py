@@ -44,6 +44,7 @@ def render_report(res: SweepResults, plots: list[str]) -> str:
         "## Results",
         "",
     ]
+    order = list(dict.fromkeys(r.variant for r in res.rows))  # the sweep's variant order
     header = [
         "variant",
         "c",
@@ -77,7 +78,7 @@ def render_report(res: SweepResults, plots: list[str]) -> str:
             str(r.ok),
             str(r.errors),
         ]
-        for r in sorted(res.rows, key=lambda r: (r.variant, r.concurrency))
+        for r in sorted(res.rows, key=lambda r: (order.index(r.variant), r.concurrency))
     ]
     lines += _table(header, body) + [""]
 
