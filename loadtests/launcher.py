@@ -45,6 +45,7 @@ __all__ = [
     "Variant",
     "VariantSpec",
     "parse_variant_configs",
+    "process_group_alive",
 ]
 
 
@@ -174,6 +175,7 @@ class CommandLauncher:
         port: int | None = None,
         ready_timeout: float = 900.0,
         stop_grace: float = 30.0,
+        progress_every: float = 10.0,
         log_dir: Path | None = None,
         env: Mapping[str, str] | None = None,
         log: Callable[[str], None] = print,
@@ -185,6 +187,7 @@ class CommandLauncher:
         self.port = port
         self.ready_timeout = ready_timeout
         self.stop_grace = stop_grace
+        self.progress_every = progress_every
         self.log_dir = log_dir
         self.env = dict(env) if env is not None else None
         self.log = log
@@ -235,7 +238,7 @@ class CommandLauncher:
     def _wait_ready(self, spec: VariantSpec) -> None:
         client = SpecflipClient(self.url, self.token, timeout=5.0)
         t0 = time.time()
-        next_note = t0 + 10
+        next_note = t0 + self.progress_every
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None:
@@ -262,24 +265,41 @@ class CommandLauncher:
                 self.log(
                     f"[launch] variant={spec.variant.value} waiting for {self.url}/v1/models ({now - t0:.0f}s)"
                 )
-                next_note = now + 10
+                next_note = now + self.progress_every
             time.sleep(0.5)
 
     def stop(self) -> None:
         proc, self.proc, self.config = self.proc, None, None
         if proc is None:
             return
-        if proc.poll() is None:
-            self.log(f"[launch] stopping process group {proc.pid}")
-            for sig, wait in ((signal.SIGTERM, self.stop_grace), (signal.SIGKILL, 10.0)):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    proc.wait(timeout=wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # stragglers that outlived the leader
+        self.log(f"[launch] stopping process group {proc.pid}")
+        for sig, wait in ((signal.SIGTERM, self.stop_grace), (signal.SIGKILL, 10.0)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+            deadline = time.time() + wait
+            while time.time() < deadline and (proc.poll() is None or process_group_alive(proc.pid)):
+                time.sleep(0.1)
+            if proc.poll() is not None and not process_group_alive(proc.pid):
+                return
+        self.log(f"[launch] process group {proc.pid} survived SIGKILL: check for leftover processes")
+
+
+def process_group_alive(pgid: int) -> bool:
+    """Whether any non-zombie process is left in the group (zombies wait for PID 1 to reap them)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
