@@ -86,6 +86,7 @@ class StreamAccumulator:
     finish_reason: str | None = None
     done: bool = False
     error: str = ""
+    http_status: int = 0  # set once the response headers arrive (0: no response yet)
 
     def add(self, chunk: StreamChunk, now: float) -> None:
         if chunk.error:

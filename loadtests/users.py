@@ -117,7 +117,7 @@ class OpenAIStreamUser(HttpUser):
             rec = self._stream(url, body, acc, users)
         except GreenletExit:
             # Stopped mid-stream by the shape or the end of the run: keep the tokens it got.
-            ctx.record(acc.finish(time.time(), 200, error=CANCELLED, api=cfg.api, users=users))
+            ctx.record(acc.finish(time.time(), acc.http_status, error=CANCELLED, api=cfg.api, users=users))
             raise
         ctx.record(rec)
         if rec.ok:
@@ -141,7 +141,7 @@ class OpenAIStreamUser(HttpUser):
             allow_redirects=False,
             timeout=cfg.request_timeout_s,
         ) as resp:
-            status = int(resp.status_code or 0)
+            status = acc.http_status = int(resp.status_code or 0)
             error = ""
             if status == 0:
                 error = f"connection failed: {getattr(resp, 'error', '')}"[:300]
