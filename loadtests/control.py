@@ -19,7 +19,14 @@ import requests
 
 from loadtests.hosts import HostBoundUrls, guard_session
 
-__all__ = ["ControlError", "ReplicaSample", "SpecflipClient", "StatusPoller"]
+__all__ = [
+    "ControlError",
+    "ReplicaSample",
+    "SpecflipClient",
+    "StatusPoller",
+    "mean_accept_length",
+    "on_fraction",
+]
 
 
 class ControlError(RuntimeError):
@@ -176,12 +183,13 @@ class StatusPoller:
                 self.samples.extend(got)
             self._stop.wait(self.interval)
 
-    def mean_accept_length(self) -> float | None:
-        vals = [s.accept_length for s in self.samples if s.accept_length is not None]
-        return sum(vals) / len(vals) if vals else None
 
-    def on_fraction(self) -> float | None:
-        """Fraction of replica samples running speculation ON (None without samples)."""
-        if not self.samples:
-            return None
-        return sum(1 for s in self.samples if s.mode == "on") / len(self.samples)
+def mean_accept_length(samples: list[ReplicaSample]) -> float | None:
+    """Mean reported accept length over the samples that have one (None if none do)."""
+    vals = [s.accept_length for s in samples if s.accept_length is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def on_fraction(samples: list[ReplicaSample]) -> float | None:
+    """Fraction of replica samples running speculation ON (None without samples)."""
+    return sum(1 for s in samples if s.mode == "on") / len(samples) if samples else None

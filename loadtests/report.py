@@ -174,25 +174,31 @@ def render_report(res: SweepResults, plots: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(res: SweepResults, out: Path) -> list[Path]:
-    """results.csv/json, transition.csv, the PNGs and report.md; returns the files written."""
+def write_outputs(res: SweepResults, out: Path, *, plots: bool = True) -> list[Path]:
+    """results.csv/json, transition.csv, the PNGs and report.md; returns the files written.
+
+    `plots=False` skips the PNGs (seconds each with matplotlib): the sweep saves its
+    data after every point that way and draws once per variant.
+    """
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "results.csv", out / "results.json"]
     write_results_csv(res.rows, written[0])
     written[1].write_text(res.to_json())
-    plots: list[str] = []
+    names: list[str] = []
     if res.rows:
-        plot_throughput(res.rows, out / "throughput.png")
-        plot_latency(res.rows, out / "latency.png")
-        plot_goodput(res.rows, out / "goodput.png", str(res.settings.get("slo_text", "")))
-        plots += ["throughput.png", "latency.png", "goodput.png"]
+        names += ["throughput.png", "latency.png", "goodput.png"]
+        if plots:
+            plot_throughput(res.rows, out / "throughput.png")
+            plot_latency(res.rows, out / "latency.png")
+            plot_goodput(res.rows, out / "goodput.png", str(res.settings.get("slo_text", "")))
     if res.transitions:
         write_transition_csv(res.transitions, out / "transition.csv")
-        plot_transition(res.transitions, "dynamic", out / "transition.png")
-        plots.append("transition.png")
         written.append(out / "transition.csv")
-    (out / "report.md").write_text(render_report(res, plots))
-    return written + [out / p for p in plots] + [out / "report.md"]
+        names.append("transition.png")
+        if plots:
+            plot_transition(res.transitions, "dynamic", out / "transition.png")
+    (out / "report.md").write_text(render_report(res, names))
+    return written + ([out / p for p in names] if plots else []) + [out / "report.md"]
 
 
 def main(argv: list[str] | None = None) -> int:

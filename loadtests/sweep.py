@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from loadtests.config import LoadConfig
-from loadtests.control import ControlError, SpecflipClient, StatusPoller
+from loadtests.control import ControlError, SpecflipClient, StatusPoller, mean_accept_length, on_fraction
 from loadtests.launcher import (
     DEFAULT_SPECS,
     AppLauncher,
@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--transition-variants", help="variants that run the transition (default: all)")
     run.add_argument("--poll-interval", type=float, default=0.5, help="seconds between status polls")
+    run.add_argument("--progress-every", type=float, default=5.0, help="seconds between progress lines")
     run.add_argument("--out", type=Path, default=Path("out/bench"))
     run.add_argument("--title", default="concurrency sweep")
     load = p.add_argument_group("requests")
@@ -196,15 +197,20 @@ def run_sweep(args: argparse.Namespace, launcher: AppLauncher, target_label: str
             progress = _Progress(f"variant={variant.value} c={c}", total)
             with StatusPoller(client, interval=max(args.poll_interval, 1.0)) as poller:
                 progress.poller = poller
-                run = run_locust(url, shape_cfg, out / "runs" / variant.value / f"c{c}", on_progress=progress)
+                run = run_locust(
+                    url,
+                    shape_cfg,
+                    out / "runs" / variant.value / f"c{c}",
+                    on_progress=progress,
+                    progress_every=args.progress_every,
+                )
             w0 = run.t0 + args.warmup
             w1 = w0 + args.duration
             summary = summarize(run.records, w0, w1, slo)
             window = [s for s in poller.samples if w0 <= s.t < w1]
-            poller.samples = window
             res.rows.append(
                 ResultRow.from_summary(
-                    variant.value, c, summary, poller.mean_accept_length(), poller.on_fraction()
+                    variant.value, c, summary, mean_accept_length(window), on_fraction(window)
                 )
             )
             print(
@@ -213,10 +219,10 @@ def run_sweep(args: argparse.Namespace, launcher: AppLauncher, target_label: str
                 f"tpot_p50={summary.tpot_p50_ms or 0:.1f}ms goodput={summary.goodput_req_s:.2f}req/s",
                 flush=True,
             )
-            write_outputs(res, out)
+            write_outputs(res, out, plots=False)
         if args.transition != "none" and variant in t_variants:
             res.transitions.append(_run_transition(args, url, client, cfg, variant, slo, out))
-            write_outputs(res, out)
+        write_outputs(res, out)
     return res
 
 
@@ -239,6 +245,7 @@ def _run_transition(
             shape_cfg,
             out / "runs" / variant.value / "transition",
             on_progress=progress,
+            progress_every=args.progress_every,
             stop_timeout=30.0,
         )
     phases = []

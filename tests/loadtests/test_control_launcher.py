@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from loadtests.control import ControlError, SpecflipClient, StatusPoller
+from loadtests.control import ControlError, SpecflipClient, StatusPoller, mean_accept_length, on_fraction
 from loadtests.launcher import (
     DEFAULT_SPECS,
     CommandLauncher,
@@ -62,7 +62,7 @@ def test_poller_samples_in_the_background_and_stops(standin: Callable[..., str])
     assert poller._thread is not None and not poller._thread.is_alive()
     time.sleep(0.2)
     assert len(poller.samples) == n
-    assert poller.mean_accept_length() == 3.0 and poller.on_fraction() == 1.0
+    assert mean_accept_length(poller.samples) == 3.0 and on_fraction(poller.samples) == 1.0
     assert all(s.running == 0 and s.waiting == 0 for s in poller.samples)
 
 
@@ -72,7 +72,7 @@ def test_app_without_specflip_api(standin: Callable[..., str]) -> None:
     assert client.status() is None
     with StatusPoller(client, interval=0.05) as poller:
         time.sleep(0.2)
-    assert not poller.available and poller.samples == [] and poller.mean_accept_length() is None
+    assert not poller.available and poller.samples == [] and mean_accept_length(poller.samples) is None
     app = ExternalApp(url, TOKEN, log=lambda _: None)
     assert not app.supports(Variant.ADAPTIVE) and app.supports(Variant.ON)
     with pytest.raises(LauncherError, match="--launch-cmd"):
