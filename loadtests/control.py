@@ -80,10 +80,11 @@ class SpecflipClient:
 
     def probe(self, model: str, api: str = "chat", timeout: float = 300.0) -> None:
         """One short non-streaming request: the app generates before anything is measured."""
-        path, body = ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}]})
+        body: dict[str, Any] = {"model": model, "max_tokens": 4, "temperature": 0.0}
         if api == "completions":
-            path, body = "/v1/completions", {"prompt": "Hello"}
-        body |= {"model": model, "max_tokens": 4, "temperature": 0.0}
+            path, body["prompt"] = "/v1/completions", "Hello"
+        else:
+            path, body["messages"] = "/v1/chat/completions", [{"role": "user", "content": "Hello"}]
         r = self.session.post(self.urls.url(path), json=body, timeout=timeout, allow_redirects=False)
         if r.status_code != 200:
             raise ControlError(f"probe request to {path} failed: HTTP {r.status_code} {r.text[:300]}")

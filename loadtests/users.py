@@ -91,7 +91,7 @@ class OpenAIStreamUser(HttpUser):
             self.pacer = PoissonPacer(rate, random.Random(), time.time())
             time.sleep(self.pacer.wait(time.time()))  # gevent-patched: yields to other users
 
-    def wait_time(self) -> float:  # type: ignore[override]
+    def wait_time(self) -> float:
         return self.pacer.wait(time.time()) if self.pacer is not None else 0.0
 
     def _fire(self, kind: str, name: str, ms: float, length: int = 0) -> None:

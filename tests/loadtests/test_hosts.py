@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -79,10 +80,10 @@ class RecordingAdapter(BaseAdapter):
         super().__init__()
         self.sent: list[str] = []
 
-    def send(self, request, **kwargs):  # type: ignore[no-untyped-def]
-        self.sent.append(request.url)
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        self.sent.append(str(request.url))
         r = requests.Response()
-        r.status_code, r.url, r.request = 302, request.url, request
+        r.status_code, r.url, r.request = 302, str(request.url), request
         r.headers["Location"] = "http://evil.example/steal"
         r._content = b""
         return r
