@@ -67,12 +67,22 @@ class LocustRun:
     phases: tuple[Phase, ...]
     records: list[RequestRecord]
 
+    @property
+    def load_start(self) -> float:
+        """When the first request left: `t0` with one process; with `--processes` the
+        workers get their users from the master a moment (~1 s) after `t0`."""
+        return min((r.start for r in self.records), default=self.t0)
 
-def locust_command(host: str, config_path: Path, csv_prefix: Path, stop_timeout: float) -> list[str]:
+
+def locust_command(
+    host: str, config_path: Path, csv_prefix: Path, stop_timeout: float, processes: int = 1
+) -> list[str]:
+    # --processes N forks N worker processes (one core each) under a master that runs the shape
+    extra = ["--processes", str(processes)] if processes > 1 else []
     return [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", host,
         "--csv", str(csv_prefix), "--only-summary", "--exit-code-on-error", "0",
-        "--stop-timeout", f"{stop_timeout:g}", "--loglevel", "WARNING", "--lt-config", str(config_path),
+        "--stop-timeout", f"{stop_timeout:g}", "--loglevel", "WARNING", "--lt-config", str(config_path), *extra,
     ]  # fmt: skip
 
 
@@ -89,6 +99,7 @@ def run_locust(
     on_progress: Callable[[float, list[RequestRecord]], None] | None = None,
     progress_every: float = 5.0,
     start_timeout: float = 120.0,
+    processes: int = 1,
 ) -> LocustRun:
     """Run the shape of `cfg` against `host`; records go to `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -96,7 +107,7 @@ def run_locust(
     config_path = out_dir / "loadtest.json"
     config_path.write_text(cfg.to_json())
     log_path = out_dir / "locust.log"
-    cmd = locust_command(host, config_path, out_dir / "locust", stop_timeout)
+    cmd = locust_command(host, config_path, out_dir / "locust", stop_timeout, processes)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
     limit = cfg.schedule.duration + stop_timeout + start_timeout

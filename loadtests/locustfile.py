@@ -26,6 +26,7 @@ if __package__ in (None, ""):  # run by path (locust -f): make `loadtests` impor
 
 import requests
 from locust import LoadTestShape, events
+from locust.runners import MasterRunner, WorkerRunner
 
 from loadtests.config import HELP, LoadConfig, flag_name, load_config
 from loadtests.hosts import HostBoundUrls
@@ -72,22 +73,36 @@ def discover_model(urls: HostBoundUrls, timeout: float = 30.0) -> str:
     return str(data[0]["id"])
 
 
+def _role(environment: Any) -> str:
+    """local (one process), master (runs the shape, no users) or worker (users, no shape)."""
+    runner = environment.runner
+    return (
+        "master"
+        if isinstance(runner, MasterRunner)
+        else "worker"
+        if isinstance(runner, WorkerRunner)
+        else "local"
+    )
+
+
 @events.test_start.add_listener
 def _on_test_start(environment: Any, **_: Any) -> None:
     cfg = config_from_options(environment.parsed_options)
     host = environment.host or ""
     model = cfg.model or discover_model(HostBoundUrls(host))
-    ctx = RunContext.open(cfg, host, model)
-    set_context(ctx)
-    t0 = _SHAPE_T0[0] if _SHAPE_T0 else time.time()
-    meta = {
-        "t0": t0,
-        "host": host,
-        "model": model,
-        "config": asdict(cfg),
-        "phases": [asdict(p) for p in ctx.schedule.phases],
-    }
-    (Path(cfg.out_dir) / "run_meta.json").write_text(json.dumps(meta, indent=2))
+    role = _role(environment)
+    if role != "master":
+        set_context(RunContext.open(cfg, host, model))
+    if role != "worker":  # the process that runs the shape knows when run time 0 was
+        meta = {
+            "t0": _SHAPE_T0[0] if _SHAPE_T0 else time.time(),
+            "host": host,
+            "model": model,
+            "config": asdict(cfg),
+            "phases": [asdict(p) for p in cfg.schedule.phases],
+        }
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cfg.out_dir) / "run_meta.json").write_text(json.dumps(meta, indent=2))
 
 
 @events.test_stop.add_listener
@@ -97,6 +112,8 @@ def _on_test_stop(environment: Any, **_: Any) -> None:
     except RuntimeError:
         return
     ctx.sink.close()
+    if _role(environment) != "local":
+        return  # with --processes each worker holds only its share; the sweep reads all JSONL files
     done = [r for r in ctx.records if r.end >= ctx.started]
     if not done:
         log.warning("no request completed")

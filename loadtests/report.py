@@ -81,6 +81,13 @@ def render_report(res: SweepResults, plots: list[str]) -> str:
         for r in sorted(res.rows, key=lambda r: (order.index(r.variant), r.concurrency))
     ]
     lines += _table(header, body) + [""]
+    lines += [
+        "TTFT: request start to the first token chunk. TPOT: (last - first token chunk) / (output tokens - 1). "
+        "ITL: gap between token chunks (under speculation one chunk can carry several tokens). "
+        "Goodput: completed requests/s within the SLO. accept len / spec ON: mean of the replicas' "
+        "reported accept length and share of status polls in ON mode, during the window.",
+        "",
+    ]
 
     rat = ratios(res.rows)
     lines += [

@@ -95,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--transition-variants", help="variants that run the transition (default: all)")
     run.add_argument("--poll-interval", type=float, default=0.5, help="seconds between status polls")
     run.add_argument("--progress-every", type=float, default=5.0, help="seconds between progress lines")
+    run.add_argument(
+        "--locust-processes",
+        type=int,
+        default=1,
+        help="Locust worker processes (raise it when one core cannot keep up at high concurrency)",
+    )
     run.add_argument("--out", type=Path, default=Path("out/bench"))
     run.add_argument("--title", default="concurrency sweep")
     load = p.add_argument_group("requests")
@@ -108,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--seed", type=int, default=0)
     load.add_argument("--temperature", type=float, default=0.0)
     load.add_argument("--no-ignore-eos", action="store_true", help="let requests stop at EOS")
+    load.add_argument(
+        "--no-itl-events",
+        action="store_true",
+        help="no per-gap ITL entries in Locust's stats (less load-generator CPU; the JSONL keeps ITL)",
+    )
     load.add_argument("--slo-ttft-ms", type=float, default=2000.0)
     load.add_argument("--slo-tpot-ms", type=float, default=100.0)
     return p
@@ -161,6 +172,7 @@ def run_sweep(args: argparse.Namespace, launcher: AppLauncher, target_label: str
         seed=args.seed,
         temperature=args.temperature,
         ignore_eos=not args.no_ignore_eos,
+        itl_events=not args.no_itl_events,
         slo_ttft_ms=slo.ttft_ms,
         slo_tpot_ms=slo.tpot_ms,
     )
@@ -203,8 +215,9 @@ def run_sweep(args: argparse.Namespace, launcher: AppLauncher, target_label: str
                     out / "runs" / variant.value / f"c{c}",
                     on_progress=progress,
                     progress_every=args.progress_every,
+                    processes=args.locust_processes,
                 )
-            w0 = run.t0 + args.warmup
+            w0 = run.load_start + args.warmup
             w1 = w0 + args.duration
             summary = summarize(run.records, w0, w1, slo)
             window = [s for s in poller.samples if w0 <= s.t < w1]
@@ -246,14 +259,16 @@ def _run_transition(
             out / "runs" / variant.value / "transition",
             on_progress=progress,
             progress_every=args.progress_every,
+            processes=args.locust_processes,
             stop_timeout=30.0,
         )
+    t0 = run.load_start  # phase times count from the first request (see LocustRun.load_start)
     phases = []
     for p in run.phases:
-        s = summarize(run.records, run.t0 + p.start, run.t0 + p.end, slo)
+        s = summarize(run.records, t0 + p.start, t0 + p.end, slo)
         phases.append(PhaseResult(p.name, p.start, p.end, p.users, s))
-    tok_s = throughput_timeline(run.records, run.t0, run.t0 + total, 1.0)
-    samples = [s for s in poller.samples if run.t0 <= s.t <= run.t0 + total]
+    tok_s = throughput_timeline(run.records, t0, t0 + total, 1.0)
+    samples = [s for s in poller.samples if t0 <= s.t <= t0 + total]
     if not poller.available:
         print(f"[sweep] variant={variant.value}: no /specflip/status, the transition has no mode timeline")
     print(
@@ -261,7 +276,7 @@ def _run_transition(
         + " ".join(f"{p.name}={p.summary.output_tok_s:.1f}tok/s" for p in phases),
         flush=True,
     )
-    return TransitionResult(variant.value, run.t0, phases, samples, tok_s, 1.0, poller.available)
+    return TransitionResult(variant.value, t0, phases, samples, tok_s, 1.0, poller.available)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,3 +82,19 @@ def test_steps_chat_with_usage_and_locust_csv(standin: Callable[..., str], tmp_p
     assert ttft_med == pytest.approx(ours, rel=0.5, abs=10)  # Locust rounds its histogram buckets
     summary = json.loads((tmp_path / "summary.json").read_text())["summary"]
     assert summary["ok"] == len(done) and summary["output_tokens"] == 10 * len(done)
+
+
+@pytest.mark.slow
+def test_two_worker_processes_share_the_load(standin: Callable[..., str], tmp_path: Path) -> None:
+    url = standin()
+    cfg = LoadConfig(model="standin-tiny", input_len=8, output_len=8, shape="fixed:users=4,duration=3")
+    run = run_locust(url, cfg, tmp_path, processes=2)
+    files = sorted(tmp_path.glob("requests-*.jsonl"))
+    assert len(files) == 2 and all(f.stat().st_size > 0 for f in files)  # one JSONL per worker
+    done = [r for r in run.records if r.error != "cancelled"]
+    assert len(done) > 10 and all(r.ok and r.output_tokens == 8 for r in done)
+    # workers get their users from the master a little after the shape's t0, and stop as late
+    assert run.t0 <= run.load_start < run.t0 + 2.0
+    assert max(r.start for r in done) < run.load_start + 3.0 + 1.5
+    assert not (tmp_path / "summary.json").exists()  # per-process summaries would be partial
+    assert len(run.records) >= hits(url)["POST /v1/chat/completions"] >= len(done)
