@@ -20,7 +20,7 @@ def hits(url: str) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_poisson_completions_without_usage(standin: Callable[..., str], tmp_path: Path) -> None:
-    url = standin(usage=False)
+    url = standin(usage=False, mode="on")  # always ON: 3 tokens per chunk
     cfg = LoadConfig(
         api="completions",
         prompt_set="corpus",
