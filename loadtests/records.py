@@ -87,12 +87,13 @@ class StreamAccumulator:
     done: bool = False
     error: str = ""
     http_status: int = 0  # set once the response headers arrive (0: no response yet)
+    done_at: float | None = None  # when [DONE] arrived
 
     def add(self, chunk: StreamChunk, now: float) -> None:
         if chunk.error:
             self.error = chunk.error
-        if chunk.done:
-            self.done = True
+        if chunk.done and not self.done:
+            self.done, self.done_at = True, now
         if chunk.is_token:
             self.token_times.append(now)
         if chunk.finish_reason is not None:

@@ -150,17 +150,18 @@ class OpenAIStreamUser(HttpUser):
             else:
                 try:
                     decoder = SseDecoder()
+                    # Read to the end of the response even after [DONE] (servers close the
+                    # stream right after it): a fully read response returns its connection
+                    # to the pool, so the next request reuses it instead of connecting again.
                     for piece in resp.iter_content(chunk_size=None):
                         now = time.time()
                         for payload in decoder.feed(piece):
                             acc.add(parse_chunk(payload), now)
-                        if acc.done:
-                            break
                     for payload in decoder.close():
                         acc.add(parse_chunk(payload), time.time())
                 except Exception as e:  # connection dropped mid-stream, timeout, ...
                     error = f"{type(e).__name__}: {e}"[:300]
-            rec = acc.finish(time.time(), status, error=error, api=cfg.api, users=users)
+            rec = acc.finish(acc.done_at or time.time(), status, error=error, api=cfg.api, users=users)
             resp.request_meta["response_time"] = rec.e2e * 1000
             resp.request_meta["response_length"] = rec.output_tokens
             if rec.ok:

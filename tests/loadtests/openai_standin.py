@@ -136,6 +136,7 @@ class StandinApp:
         self.replicas = [Replica(f"r{i}", policy, scale) for i in range(replicas)]
         self.policy, self.token, self.usage, self.ready_at = policy, token, usage, ready_at
         self.hits: dict[str, int] = {}
+        self.connections = 0
         self._rr = itertools.count()
         self._lock = threading.Lock()
 
@@ -158,6 +159,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
+
+    def setup(self) -> None:
+        super().setup()
+        with self.app._lock:
+            self.app.connections += 1
 
     def _json(self, code: int, obj: Any) -> None:
         body = json.dumps(obj).encode()
@@ -197,6 +203,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/standin/hits":
             with app._lock:
                 return self._json(200, dict(app.hits))
+        if self.path == "/standin/connections":
+            with app._lock:
+                return self._json(200, {"connections": app.connections})
         return self._json(404, {"error": {"message": f"no route {self.path}"}})
 
     def do_POST(self) -> None:

@@ -67,6 +67,9 @@ def test_steps_chat_with_usage_and_locust_csv(standin: Callable[..., str], tmp_p
     late = {r.users for r in done if r.start - run.t0 > 2.5}
     assert early == {1} and late == {3}
     assert [p.users for p in run.phases] == [1, 3]
+    # streams are read to the end, so each user keeps one keep-alive connection (+1: this query)
+    conns = requests.get(url + "/standin/connections", timeout=5).json()["connections"]
+    assert conns <= 3 + 1 < len(done)
 
     with (tmp_path / "locust_stats.csv").open() as fh:
         stats = {(row["Type"], row["Name"]): row for row in csv.DictReader(fh)}
