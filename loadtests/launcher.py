@@ -132,7 +132,7 @@ class ExternalApp:
         self.client = SpecflipClient(self.url, token)
         self.specs = specs
         self.log = log
-        self._touched = False
+        self._found: dict[str, str] | None = None  # replica -> override before we touched it
 
     def supports(self, variant: Variant) -> bool:
         return self.specs[variant].override is not None
@@ -143,17 +143,25 @@ class ExternalApp:
             raise LauncherError(
                 f"variant {variant.value} needs its own app ({spec.config}): use --launch-cmd"
             )
-        self._touched = True
+        if self._found is None:
+            self._found = {s.replica_id: s.override for s in self.client.status() or []}
         _apply_override(self.client, spec, self.log)
         return self.url
 
     def stop(self) -> None:
-        if self._touched:
-            try:
-                self.client.override("auto")
-            except (ControlError, requests.RequestException) as e:
-                self.log(f"[launch] could not reset the override to auto: {e}")
-            self._touched = False
+        """Put back the overrides the app had before the sweep."""
+        found, self._found = self._found, None
+        if found is None:
+            return
+        try:
+            modes = set(found.values())
+            if len(modes) <= 1:
+                self.client.override(modes.pop() if modes else "auto")
+            else:
+                for rid, mode in found.items():
+                    self.client.override(mode, replica_id=rid)
+        except (ControlError, requests.RequestException) as e:
+            self.log(f"[launch] could not restore the overrides {found}: {e}")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

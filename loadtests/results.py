@@ -218,6 +218,7 @@ class SweepResults:
     rows: list[ResultRow] = field(default_factory=list)
     transitions: list[TransitionResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # variants that could not be measured
 
     def to_json(self) -> str:
         return json.dumps(
@@ -227,6 +228,7 @@ class SweepResults:
                 "ratios": [asdict(r) for r in ratios(self.rows)],
                 "transitions": [asdict(t) for t in self.transitions],
                 "notes": self.notes,
+                "failed": self.failed,
             },
             indent=1,
         )
@@ -252,4 +254,6 @@ class SweepResults:
                     t.get("status_available", True),
                 )
             )
-        return cls(d["settings"], [ResultRow(**r) for r in d["rows"]], trs, d.get("notes", []))
+        return cls(
+            d["settings"], [ResultRow(**r) for r in d["rows"]], trs, d.get("notes", []), d.get("failed", [])
+        )

@@ -195,48 +195,65 @@ def run_sweep(args: argparse.Namespace, launcher: AppLauncher, target_label: str
             "started": dt.datetime.now().isoformat(timespec="seconds"),
         }
     )
-    out: Path = args.out
     for variant in variants:
-        url = launcher.start(variant)
-        client = SpecflipClient(url, args.token)
-        model = args.model or client.models()[0]
-        res.settings["model"] = model
-        client.probe(model, args.api)
-        cfg = base.replace(model=model)
-        for c in levels:
-            total = args.warmup + args.duration
-            shape_cfg = cfg.replace(shape=f"fixed:users={c},duration={total:g}")
-            progress = _Progress(f"variant={variant.value} c={c}", total)
-            with StatusPoller(client, interval=max(args.poll_interval, 1.0)) as poller:
-                progress.poller = poller
-                run = run_locust(
-                    url,
-                    shape_cfg,
-                    out / "runs" / variant.value / f"c{c}",
-                    on_progress=progress,
-                    progress_every=args.progress_every,
-                    processes=args.locust_processes,
-                )
-            w0 = run.load_start + args.warmup
-            w1 = w0 + args.duration
-            summary = summarize(run.records, w0, w1, slo)
-            window = [s for s in poller.samples if w0 <= s.t < w1]
-            res.rows.append(
-                ResultRow.from_summary(
-                    variant.value, c, summary, mean_accept_length(window), on_fraction(window)
-                )
-            )
-            print(
-                f"[sweep] variant={variant.value} c={c} done: ok={summary.ok} err={summary.errors} "
-                f"tok/s={summary.output_tok_s:.1f} ttft_p50={summary.ttft_p50_ms or 0:.0f}ms "
-                f"tpot_p50={summary.tpot_p50_ms or 0:.1f}ms goodput={summary.goodput_req_s:.2f}req/s",
-                flush=True,
-            )
-            write_outputs(res, out, plots=False)
-        if args.transition != "none" and variant in t_variants:
-            res.transitions.append(_run_transition(args, url, client, cfg, variant, slo, out))
-        write_outputs(res, out)
+        try:
+            _run_variant(args, launcher, variant, levels, variant in t_variants, base, slo, res)
+        except (LauncherError, ControlError, LocustError) as e:
+            # one variant failing (e.g. its app does not start) must not lose the others
+            print(f"[sweep] variant={variant.value} failed: {e}", flush=True)
+            res.notes.append(f"variant {variant.value} failed: {str(e).splitlines()[0]}")
+            res.failed.append(variant.value)
+        write_outputs(res, args.out)
     return res
+
+
+def _run_variant(
+    args: argparse.Namespace,
+    launcher: AppLauncher,
+    variant: Variant,
+    levels: list[int],
+    transition: bool,
+    base: LoadConfig,
+    slo: Slo,
+    res: SweepResults,
+) -> None:
+    out: Path = args.out
+    url = launcher.start(variant)
+    client = SpecflipClient(url, args.token)
+    model = args.model or client.models()[0]
+    res.settings["model"] = model
+    client.probe(model, args.api)
+    cfg = base.replace(model=model)
+    for c in levels:
+        total = args.warmup + args.duration
+        shape_cfg = cfg.replace(shape=f"fixed:users={c},duration={total:g}")
+        progress = _Progress(f"variant={variant.value} c={c}", total)
+        with StatusPoller(client, interval=max(args.poll_interval, 1.0)) as poller:
+            progress.poller = poller
+            run = run_locust(
+                url,
+                shape_cfg,
+                out / "runs" / variant.value / f"c{c}",
+                on_progress=progress,
+                progress_every=args.progress_every,
+                processes=args.locust_processes,
+            )
+        w0 = run.load_start + args.warmup
+        w1 = w0 + args.duration
+        summary = summarize(run.records, w0, w1, slo)
+        window = [s for s in poller.samples if w0 <= s.t < w1]
+        res.rows.append(
+            ResultRow.from_summary(variant.value, c, summary, mean_accept_length(window), on_fraction(window))
+        )
+        print(
+            f"[sweep] variant={variant.value} c={c} done: ok={summary.ok} err={summary.errors} "
+            f"tok/s={summary.output_tok_s:.1f} ttft_p50={summary.ttft_p50_ms or 0:.0f}ms "
+            f"tpot_p50={summary.tpot_p50_ms or 0:.1f}ms goodput={summary.goodput_req_s:.2f}req/s",
+            flush=True,
+        )
+        write_outputs(res, out, plots=False)
+    if args.transition != "none" and transition:
+        res.transitions.append(_run_transition(args, url, client, cfg, variant, slo, out))
 
 
 def _run_transition(
@@ -311,14 +328,17 @@ def main(argv: list[str] | None = None) -> int:
         label = f"launched: {args.launch_cmd}"
     try:
         res = run_sweep(args, launcher, label)
-    except (LauncherError, LocustError, ControlError) as e:
-        print(f"[sweep] failed: {e}", file=sys.stderr)
-        return 1
     finally:
         launcher.stop()
     print(
         f"[sweep] wrote {args.out / 'report.md'} ({len(res.rows)} points, {len(res.transitions)} transitions)"
     )
+    if res.failed:
+        print(
+            f"[sweep] failed variants: {', '.join(res.failed)} (see the log above and report.md)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

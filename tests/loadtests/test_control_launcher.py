@@ -81,16 +81,22 @@ def test_app_without_specflip_api(standin: Callable[..., str]) -> None:
         app.start(Variant.ON)
 
 
-def test_external_app_switches_by_override_and_resets_to_auto(standin: Callable[..., str]) -> None:
+def test_external_app_switches_by_override_and_restores_what_it_found(standin: Callable[..., str]) -> None:
     url = standin()
+    client = SpecflipClient(url, TOKEN)
+    client.override("on", replica_id="r1")  # an operator had pinned r1 before the sweep
     logs: list[str] = []
     app = ExternalApp(url, TOKEN, log=logs.append)
     assert app.start(Variant.OFF) == url
-    client = SpecflipClient(url, TOKEN)
     assert {s.override for s in client.status() or []} == {"off"}
-    app.stop()
+    assert app.start(Variant.DYNAMIC) == url
     assert {s.override for s in client.status() or []} == {"auto"}
-    assert logs == ["[launch] variant=off override=off for all replicas"]
+    app.stop()
+    assert {s.replica_id: s.override for s in client.status() or []} == {"r0": "auto", "r1": "on"}
+    assert logs == [
+        "[launch] variant=off override=off for all replicas",
+        "[launch] variant=dynamic override=auto for all replicas",
+    ]
 
 
 def test_variant_configs_replace_paths_only() -> None:

@@ -142,3 +142,24 @@ def test_cli_refuses_what_it_cannot_do(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["--target", "http://127.0.0.1:9", "--variants", "on,adaptive", "--concurrency", "1"]) == 2
     assert "need their own app" in capsys.readouterr().err
     assert main(["--target", "http://127.0.0.1:9", "--variants", "fast", "--concurrency", "1"]) == 2
+
+
+@pytest.mark.slow
+def test_a_variant_that_cannot_start_does_not_lose_the_others(tmp_path: Path) -> None:
+    cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(STANDIN))} --port {{port}} --mode {{config}} --token {TOKEN}"
+    argv = [
+        "--launch-cmd", cmd, "--token", TOKEN, "--variants", "adaptive,on", "--variant-config", "on=dynamic",
+        "--variant-config", "adaptive=broken", "--concurrency", "1", "--duration", "1", "--warmup", "0.5",
+        "--transition", "none", "--out", str(tmp_path), "--output-len", "8",
+    ]  # fmt: skip
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(argv)
+    assert rc == 1  # the failure is reported...
+    assert [(r.variant, r.concurrency) for r in read_results_csv(tmp_path / "results.csv")] == [("on", 1)]
+    md = (tmp_path / "report.md").read_text()
+    assert "- variant adaptive failed: the app exited with code 2" in md  # ...and recorded
+    assert "invalid choice: 'broken'" in (tmp_path / "launch" / "launch-adaptive.log").read_text()
