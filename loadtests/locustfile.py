@@ -38,6 +38,7 @@ __all__ = ["ConfiguredShape", "OpenAIStreamUser", "config_from_options", "discov
 
 log = logging.getLogger("specflip.loadtests")
 _SHAPE_T0: list[float] = []  # epoch time of the shape's run time 0 (set at the first tick)
+_PREPARED: list[tuple[LoadConfig, str, str]] = []  # (config, host, model), set at init
 
 
 @events.init_command_line_parser.add_listener
@@ -85,24 +86,33 @@ def _role(environment: Any) -> str:
     )
 
 
-@events.test_start.add_listener
-def _on_test_start(environment: Any, **_: Any) -> None:
+@events.init.add_listener
+def _on_init(environment: Any, **_: Any) -> None:
+    """Prepare everything (model, prompts, output file) before the shape's clock starts."""
+    if getattr(environment, "parsed_options", None) is None:
+        return  # Locust used as a library: nothing configured here
     cfg = config_from_options(environment.parsed_options)
     host = environment.host or ""
     model = cfg.model or discover_model(HostBoundUrls(host))
-    role = _role(environment)
-    if role != "master":
+    _PREPARED[:] = [(cfg, host, model)]
+    if _role(environment) != "master":
         set_context(RunContext.open(cfg, host, model))
-    if role != "worker":  # the process that runs the shape knows when run time 0 was
-        meta = {
-            "t0": _SHAPE_T0[0] if _SHAPE_T0 else time.time(),
-            "host": host,
-            "model": model,
-            "config": asdict(cfg),
-            "phases": [asdict(p) for p in cfg.schedule.phases],
-        }
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-        (Path(cfg.out_dir) / "run_meta.json").write_text(json.dumps(meta, indent=2))
+
+
+@events.test_start.add_listener
+def _on_test_start(environment: Any, **_: Any) -> None:
+    if _role(environment) == "worker" or not _PREPARED:
+        return
+    cfg, host, model = _PREPARED[0]  # the process that runs the shape knows when run time 0 was
+    meta = {
+        "t0": _SHAPE_T0[0] if _SHAPE_T0 else time.time(),
+        "host": host,
+        "model": model,
+        "config": asdict(cfg),
+        "phases": [asdict(p) for p in cfg.schedule.phases],
+    }
+    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(cfg.out_dir) / "run_meta.json").write_text(json.dumps(meta, indent=2))
 
 
 @events.test_stop.add_listener
