@@ -37,6 +37,7 @@ from loadtests.metrics import Slo, summarize, throughput_timeline
 from loadtests.records import RequestRecord
 from loadtests.report import write_outputs
 from loadtests.results import PhaseResult, ResultRow, SweepResults, TransitionResult
+from loadtests.shapes import Phase, parse_shape
 
 __all__ = ["build_parser", "concurrency_levels", "main", "run_sweep"]
 
@@ -56,6 +57,10 @@ def concurrency_levels(spec: str | None, max_c: int | None) -> list[int]:
     if not levels or levels[0] < 1:
         raise ValueError(f"concurrency levels must be >= 1, got {levels}")
     return levels
+
+
+def _slo(text: str) -> float | None:
+    return None if text.lower() == "none" else float(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,16 +124,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="no per-gap ITL entries in Locust's stats (less load-generator CPU; the JSONL keeps ITL)",
     )
-    load.add_argument("--slo-ttft-ms", type=float, default=2000.0)
-    load.add_argument("--slo-tpot-ms", type=float, default=100.0)
+    load.add_argument(
+        "--slo-ttft-ms", type=_slo, default=2000.0, help="TTFT SLO for goodput ('none': unchecked)"
+    )
+    load.add_argument(
+        "--slo-tpot-ms", type=_slo, default=100.0, help="TPOT SLO for goodput ('none': unchecked)"
+    )
     return p
 
 
 class _Progress:
     """Prints `[sweep] variant=on c=4 12/30s ok=18 err=0 tok/s=...` lines while Locust runs."""
 
-    def __init__(self, label: str, total_s: float) -> None:
-        self.label, self.total_s, self.t_first = label, total_s, 0.0
+    def __init__(self, label: str, total_s: float, phases: tuple[Phase, ...] = ()) -> None:
+        self.label, self.total_s, self.t_first, self.phases = label, total_s, 0.0, phases
         self.poller: StatusPoller | None = None
 
     def __call__(self, now: float, records: list[RequestRecord]) -> None:
@@ -140,10 +149,12 @@ class _Progress:
         ok = sum(1 for r in done if r.ok)
         recent = [r for r in done if r.ok and r.end >= now - 5.0]
         tok_s = sum(r.output_tokens for r in recent) / 5.0
-        line = (
-            f"[sweep] {self.label} {min(now - self.t_first, self.total_s):.0f}/{self.total_s:.0f}s "
-            f"ok={ok} err={len(done) - ok} tok/s={tok_s:.1f}"
-        )
+        elapsed = min(now - self.t_first, self.total_s)
+        line = f"[sweep] {self.label} {elapsed:.0f}/{self.total_s:.0f}s "
+        phase = next((p for p in self.phases if p.start <= elapsed < p.end), None)
+        if phase is not None:
+            line += f"phase={phase.name} users={phase.users} "
+        line += f"ok={ok} err={len(done) - ok} tok/s={tok_s:.1f}"
         if self.poller is not None and self.poller.samples:
             last_t = self.poller.samples[-1].t
             line += " modes=" + " ".join(
@@ -267,7 +278,7 @@ def _run_transition(
 ) -> TransitionResult:
     shape_cfg = cfg.replace(shape=_transition_spec(args.transition))
     total = shape_cfg.schedule.duration
-    progress = _Progress(f"variant={variant.value} transition", total)
+    progress = _Progress(f"variant={variant.value} transition", total, shape_cfg.schedule.phases)
     with StatusPoller(client, interval=args.poll_interval) as poller:
         progress.poller = poller
         run = run_locust(
@@ -305,8 +316,20 @@ def main(argv: list[str] | None = None) -> int:
         specs = parse_variant_configs(args.variant_config, DEFAULT_SPECS)
         variants = [Variant(v.strip()) for v in args.variants.split(",") if v.strip()]
         concurrency_levels(args.concurrency, args.max_concurrency)
+        if args.transition != "none":
+            parse_shape(_transition_spec(args.transition))
+        for v in (args.transition_variants or "").split(","):
+            if v.strip():
+                Variant(v.strip())
     except (LauncherError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    switched = [v.value for v in variants if specs[v].override is not None]
+    if switched and not args.token:
+        print(
+            f"error: variants {switched} are set by override: pass --token (or SPECFLIP_TOKEN)",
+            file=sys.stderr,
+        )
         return 2
     launcher: AppLauncher
     if args.target:

@@ -55,7 +55,7 @@ def test_progress_lines(sweep: tuple[Path, str]) -> None:
             )
             assert re.search(rf"^\[sweep\] variant={v} c={c} done: ok=\d+ err=0 tok/s=", log, re.M)
     assert re.search(
-        r"^\[sweep\] variant=dynamic transition \d+/7s ok=\d+ err=0 tok/s=[\d.]+ modes=r0:\w+ r1:\w+",
+        r"^\[sweep\] variant=dynamic transition \d+/7s phase=high users=8 ok=\d+ err=0 tok/s=[\d.]+ modes=r0:\w+ r1:\w+",
         log,
         re.M,
     )
@@ -138,9 +138,27 @@ def test_concurrency_levels() -> None:
 
 def test_cli_refuses_what_it_cannot_do(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--concurrency", "1"]) == 2  # neither --target nor --launch-cmd
-    assert main(["--target", "http://127.0.0.1:9", "--variants", "on,adaptive", "--concurrency", "1"]) == 2
+    assert (
+        main(
+            [
+                "--target",
+                "http://127.0.0.1:9",
+                "--variants",
+                "on,adaptive",
+                "--concurrency",
+                "1",
+                "--token",
+                "t",
+            ]
+        )
+        == 2
+    )
     assert "need their own app" in capsys.readouterr().err
     assert main(["--target", "http://127.0.0.1:9", "--variants", "fast", "--concurrency", "1"]) == 2
+    assert main(["--target", "http://127.0.0.1:9", "--concurrency", "1", "--transition", "low=1"]) == 2
+    assert "needs high=" in capsys.readouterr().err
+    assert main(["--target", "http://127.0.0.1:9", "--concurrency", "1", "--token", ""]) == 2
+    assert "pass --token" in capsys.readouterr().err
 
 
 @pytest.mark.slow
