@@ -147,8 +147,9 @@ class _Progress:
         self.t_first = self.t_first or min(r.start for r in records)
         done = [r for r in records if r.error != "cancelled"]
         ok = sum(1 for r in done if r.ok)
-        recent = [r for r in done if r.ok and r.end >= now - 5.0]
-        tok_s = sum(r.output_tokens for r in recent) / 5.0
+        span = max(1e-3, min(5.0, now - self.t_first))  # tok/s over the last 5 s (or since the start)
+        recent = [r for r in done if r.ok and r.end >= now - span]
+        tok_s = sum(r.output_tokens for r in recent) / span
         elapsed = min(now - self.t_first, self.total_s)
         line = f"[sweep] {self.label} {elapsed:.0f}/{self.total_s:.0f}s "
         phase = next((p for p in self.phases if p.start <= elapsed < p.end), None)
