@@ -34,23 +34,58 @@ import jsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-__all__ = ["OBJECT_META", "UnknownKeyword", "crd_version_schema", "errors", "strict_validator", "to_json_schema"]
+__all__ = [
+    "OBJECT_META",
+    "UnknownKeyword",
+    "crd_version_schema",
+    "errors",
+    "strict_validator",
+    "to_json_schema",
+]
 
 # Keywords copied as they are: their meaning is the same in JSON Schema.
 _SAME = {
-    "type", "enum", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "minLength", "maxLength", "minItems", "maxItems", "uniqueItems", "minProperties", "maxProperties",
-    "required", "description", "title",
+    "type",
+    "enum",
+    "pattern",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "minProperties",
+    "maxProperties",
+    "required",
+    "description",
+    "title",
     "default",  # an annotation in JSON Schema; kept so list-map keys can fall back to it
 }
 # Keywords that do not constrain a value offline (documentation, defaulting, CEL, formats, list/map strategy).
 _DROP = {
-    "format", "example", "externalDocs", "x-kubernetes-validations", "x-kubernetes-map-type",
+    "format",
+    "example",
+    "externalDocs",
+    "x-kubernetes-validations",
+    "x-kubernetes-map-type",
     "x-kubernetes-embedded-resource",
 }
 _HANDLED = {
-    "properties", "additionalProperties", "items", "anyOf", "allOf", "oneOf", "not", "nullable",
-    "x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type",
+    "properties",
+    "additionalProperties",
+    "items",
+    "anyOf",
+    "allOf",
+    "oneOf",
+    "not",
+    "nullable",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys",
 }
 
@@ -113,8 +148,11 @@ def to_json_schema(node: dict[str, Any], *, root: bool = True, path: str = "") -
     props = node.get("properties")
     if props is not None:
         out["properties"] = {
-            k: (OBJECT_META if root and k == "metadata" and _is_bare_object(v)
-                else to_json_schema(v, root=False, path=f"{path}.{k}"))
+            k: (
+                OBJECT_META
+                if root and k == "metadata" and _is_bare_object(v)
+                else to_json_schema(v, root=False, path=f"{path}.{k}")
+            )
             for k, v in props.items()
         }
     addl = node.get("additionalProperties")
@@ -135,7 +173,9 @@ def _is_bare_object(node: dict[str, Any]) -> bool:
     return node.get("type") == "object" and "properties" not in node and "additionalProperties" not in node
 
 
-def _list_map_keys(validator: Any, keys: list[str], instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
+def _list_map_keys(
+    validator: Any, keys: list[str], instance: Any, schema: dict[str, Any]
+) -> Iterator[ValidationError]:
     if not validator.is_type(instance, "array"):
         return
     item_props = (schema.get("items") or {}).get("properties", {})
@@ -145,7 +185,9 @@ def _list_map_keys(validator: Any, keys: list[str], instance: Any, schema: dict[
             continue
         key = tuple(item.get(k, item_props.get(k, {}).get("default")) for k in keys)
         if key in seen:
-            yield ValidationError(f"items {seen[key]} and {i} have the same map keys {dict(zip(keys, key, strict=True))}")
+            yield ValidationError(
+                f"items {seen[key]} and {i} have the same map keys {dict(zip(keys, key, strict=True))}"
+            )
         seen.setdefault(key, i)
 
 

@@ -28,8 +28,10 @@ def crd_file(name: str) -> Path:
     """Path of a KubeRay CRD file; skips the test (saying where it looked) if it is absent."""
     path = crd_dir() / name
     if not path.is_file():
-        pytest.skip(f"KubeRay CRD {name} not found at {path}: set SPECFLIP_KUBERAY_CRDS to the directory "
-                    f"holding ray-operator/config/crd/bases/{name} to run the CRD schema checks")
+        pytest.skip(
+            f"KubeRay CRD {name} not found at {path}: set SPECFLIP_KUBERAY_CRDS to the directory "
+            f"holding ray-operator/config/crd/bases/{name} to run the CRD schema checks"
+        )
     return path
 
 
@@ -75,8 +77,9 @@ def gpu_group(rs: dict[str, Any]) -> dict[str, Any]:
     return group
 
 
-def edited(doc: dict[str, Any], path: str, value: Any = None, *, delete: bool = False,
-           rename: str | None = None) -> dict[str, Any]:
+def edited(
+    doc: dict[str, Any], path: str, value: Any = None, *, delete: bool = False, rename: str | None = None
+) -> dict[str, Any]:
     """A deep copy of `doc` with one field set, deleted or renamed. `path` is dotted; digits index lists."""
     out = copy.deepcopy(doc)
     *parents, last = path.split(".")
