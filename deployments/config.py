@@ -29,7 +29,7 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
 
 
-class Device(str, enum.Enum):
+class Device(enum.StrEnum):
     CUDA = "cuda"
     CPU = "cpu"
 
