@@ -51,7 +51,7 @@ def write_shapes(root: str) -> tuple[str, str]:
 def engine_kwargs(target: str, max_bs: int) -> dict:
     return dict(model_path=target, load_format="dummy", dtype="bfloat16", attention_backend="flashinfer",
                 skip_tokenizer_init=True, disable_radix_cache=True, max_running_requests=max_bs,
-                cuda_graph_max_bs=max_bs, mem_fraction_static=0.75, log_level="error")
+                cuda_graph_max_bs_decode=max_bs, mem_fraction_static=0.75, log_level="error")
 
 
 def spec_kwargs(draft: str) -> dict:
@@ -100,7 +100,7 @@ def run_specflip(target, draft, batches, max_bs, acc_len):
         eng = SpecFlipEngine(**engine_kwargs(target, max_bs), **spec_kwargs(draft))
     finally:
         del os.environ["SGLANG_SIMULATE_ACC_LEN"]
-    out: dict = {"on": {}, "off_warm_kv": {}, "off_full_extend": {}}
+    out: dict = {"on": {}, "off_warm_kv": {}, "off_full_extend": {}, "off_cold": {}}
     try:
         state = eng.get_speculation_state()
         out["off_cuda_graphs"], out["off_cuda_graphs_note"] = state.off_cuda_graphs, state.off_cuda_graphs_note
@@ -108,7 +108,7 @@ def run_specflip(target, draft, batches, max_bs, acc_len):
             out["on"][n] = measure(eng, n)
             log(f"specflip ON n={n}: {out['on'][n]}")
         eng.set_speculation(False)
-        for strategy in (Strategy.WARM_KV, Strategy.FULL_EXTEND):
+        for strategy in (Strategy.WARM_KV, Strategy.COLD, Strategy.FULL_EXTEND):
             eng.set_strategy(strategy)
             for n in batches:
                 out[f"off_{strategy.value}"][n] = measure(eng, n)
