@@ -89,6 +89,7 @@ def decide(
     actions: list[SetSpeculation] = []
     wishes: list[_Wish] = []
     auto_fresh: list[str] = []  # candidates for the min_on top-up
+    top_up = config.min_on_replicas > 0
     on_count = 0  # fresh replicas whose desired mode is ON
     high, low = config.high, config.low
     fresh_after = now - config.stale_after_s
@@ -115,13 +116,12 @@ def decide(
         elif not fresh:
             rs = _hold(rs, Reason.STALE, rs.desired)
         else:
-            load = loads[i]
             if gp is not None:
                 gap = gain_off[i] if rs.desired is _ON else gain_on[i]
             elif rs.desired is _ON:
-                gap = load - high if load >= high else -1.0
+                gap = loads[i] - high if loads[i] >= high else -1.0
             else:
-                gap = low - load if load <= low else -1.0
+                gap = low - loads[i] if loads[i] <= low else -1.0
             if gap < 0.0:
                 if rs.reason is not _RULE_HOLD:  # the common case costs one identity check
                     rs = _hold(rs, _RULE_HOLD, rs.desired)
@@ -129,7 +129,8 @@ def decide(
                 rs = _hold(rs, Reason.DWELL, rs.desired)
             else:
                 wishes.append(_Wish(rid, _OFF if rs.desired is _ON else _ON, gap))
-            auto_fresh.append(rid)
+            if top_up:
+                auto_fresh.append(rid)
         replicas[rid] = rs
         if fresh and rs.desired is _ON:
             on_count += 1
