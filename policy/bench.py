@@ -114,8 +114,7 @@ def bench_fleet_model(rule: Rule, replicas: int, ticks: int, seed: int = 0) -> T
         cpu.append(time.thread_time() - c0)
         wall.append(time.perf_counter() - w0)
         flips += len(actions)
-        for i, rs in enumerate(state.replicas[r] for r in ids):
-            modes[i] = rs.desired  # applied before the next report
+        modes = [SpecMode.ON if on else SpecMode.OFF for on in state.desired_on.tolist()]  # applied next tick
     return Timing("fleet model", rule, replicas, ticks, tuple(wall), tuple(cpu), flips)
 
 

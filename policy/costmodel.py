@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from numpy.typing import NDArray
 
-from policy.types import Observation, PolicyConfig, SpecMode
+from policy.reports import Floats, Reports, frozen
+from policy.types import PolicyConfig
 
 __all__ = ["FitTable", "GoodputView", "Prior", "goodput_tick", "predicted_tok_s", "prior_for"]
 
-Floats = NDArray[np.float64]
 _SUMS = 5  # n, sum x, sum y, sum x^2, sum xy  (x = batch, y = step seconds)
 
 
@@ -51,17 +50,12 @@ def prior_for(config: PolicyConfig) -> Prior:
     for base, per_req in zip(bases, per_reqs, strict=True):
         y0, y1 = base + per_req * x0, base + per_req * x1
         rows.append([2 * w, w * (x0 + x1), w * (y0 + y1), w * (x0 * x0 + x1 * x1), w * (x0 * y0 + x1 * y1)])
-    return Prior(bases, per_reqs, _frozen(np.array(rows)[:, :, None]))
+    return Prior(bases, per_reqs, frozen(np.array(rows)[:, :, None]))
 
 
 def predicted_tok_s(base_s: float, per_req_s: float, batch: float, tokens_per_step: float) -> float:
     """Output tok/s of a replica whose step costs base + per_req * batch."""
     return batch * tokens_per_step / (base_s + per_req_s * batch)
-
-
-def _frozen(a: Floats) -> Floats:
-    a.flags.writeable = False
-    return a
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +69,7 @@ class FitTable:
 
     @staticmethod
     def empty() -> FitTable:
-        return FitTable((), _frozen(np.zeros((2, _SUMS, 0))), _frozen(np.zeros(0)), _frozen(np.zeros(0)))
+        return FitTable((), frozen(np.zeros((2, _SUMS, 0))), frozen(np.zeros(0)), frozen(np.zeros(0)))
 
     def aligned(self, ids: tuple[str, ...]) -> FitTable:
         """The same fits laid out in `ids` order; new replicas start empty, missing ones are dropped."""
@@ -93,9 +87,9 @@ class FitTable:
 
         return FitTable(
             ids,
-            _frozen(gather(self.sums, 0.0)),
-            _frozen(gather(self.accept, np.nan)),
-            _frozen(gather(self.fitted_at, np.nan)),
+            frozen(gather(self.sums, 0.0)),
+            frozen(gather(self.accept, np.nan)),
+            frozen(gather(self.fitted_at, np.nan)),
         )
 
 
@@ -109,20 +103,12 @@ class GoodputView(NamedTuple):
     accept: Floats  # the accept length it assumes
 
 
-def goodput_tick(
-    table: FitTable, observations: list[Observation], loads: list[float], config: PolicyConfig
-) -> GoodputView:
-    """Fold this tick's reports into the fits and predict each replica's tok/s in both modes."""
-    table = table.aligned(tuple(o.replica_id for o in observations))
-    nan = float("nan")
-    on_mode = np.array([o.mode is SpecMode.ON for o in observations], dtype=bool)
-    seen_accept = np.array([nan if o.accept_length is None else o.accept_length for o in observations])
-    tok_s = np.array([o.decode_tok_s or 0.0 for o in observations])
-    x = np.array([o.running if o.decode_batch is None else o.decode_batch for o in observations], float)
-    at = np.array([o.reported_at for o in observations])
-
+def goodput_tick(table: FitTable, reports: Reports, loads: Floats, config: PolicyConfig) -> GoodputView:
+    """Fold this tick's reports into the fits and predict each replica's tok/s in both modes at `loads`."""
+    table = table.aligned(reports.ids)
+    on_mode, x, tok_s, at = reports.on, reports.batch, reports.tok_s, reports.reported_at
     # the engine's EMA only moves while ON, so an OFF replica reports its last ON value: use it
-    accept = np.where(np.isnan(seen_accept), table.accept, seen_accept)
+    accept = np.where(np.isnan(reports.accept), table.accept, reports.accept)
     a = np.where(np.isnan(accept), config.default_accept_length, accept)
     new = (tok_s > 0) & (x >= 1) & (at != table.fitted_at)  # NaN != x: never-fitted slots count
     y = x * np.where(on_mode, a, 1.0) / np.where(new, tok_s, 1.0)  # step seconds = b * tokens/step / tok_s
@@ -135,7 +121,7 @@ def goodput_tick(
     per_req = np.maximum((n * sxy - sx * sy) / (n * sxx - sx * sx), 0.0)
     base = np.maximum((sy - per_req * sx) / n, 1e-6)
 
-    b = np.clip(np.array(loads, float), 1.0, float(config.batch_cap))
+    b = np.clip(loads, 1.0, float(config.batch_cap))
     tok = b * np.stack([a, np.ones_like(a)]) / (base + per_req * b)  # (2, n): ON, OFF
-    fits = FitTable(table.ids, _frozen(sums), _frozen(accept), _frozen(np.where(new, at, table.fitted_at)))
+    fits = FitTable(table.ids, frozen(sums), frozen(accept), frozen(np.where(new, at, table.fitted_at)))
     return GoodputView(fits, tok[0], tok[1], b, a)
