@@ -4,13 +4,12 @@ An engine step costs `base + per_req * batch` seconds in each mode; a step yield
 token per request with speculation OFF and `accept_length` tokens per request ON
 (SmartSpec/TurboSpec: goodput = accepted tokens / batch execution time). A report gives
 a step time back: at output `tok_s` and mean batch `b`, `step = b * tokens_per_step / tok_s`.
-Each replica's fit is weighted least squares over its reports (every report decays
+Each replica's fit is weighted least squares over its reports plus a prior: two
+pseudo-reports on the config's prior line at batch 1 and `batch_cap` (weight
+`prior_weight` each), so a replica that only ever ran one batch size still gets a
+well-posed slope, and one never seen ON predicts ON from the prior. Every report decays
 both modes' older reports by `fit_decay`, so what a replica learnt about the mode it is
-not in fades back to the prior: bounded re-exploration instead of a belief frozen by
-one bad tick) plus a prior: two pseudo-reports on the config's
-prior line at batch 1 and `batch_cap` (weight `prior_weight` each), so a replica that
-only ever ran one batch size still gets a well-posed slope, and one never seen ON
-predicts ON from the prior.
+not in fades back to the prior: bounded re-exploration, not a belief frozen by one bad tick.
 
 Columnar (numpy, one slot per replica): the fleet's fits update in a handful of array
 operations per tick, which keeps `decide` within a few milliseconds at 1000 replicas.
@@ -27,7 +26,7 @@ import numpy as np
 from policy.reports import Floats, Reports, frozen
 from policy.types import PolicyConfig
 
-__all__ = ["FitTable", "GoodputView", "Prior", "goodput_tick", "predicted_tok_s", "prior_for"]
+__all__ = ["FitTable", "GoodputView", "Prior", "goodput_tick", "prior_for"]
 
 _SUMS = 5  # n, sum x, sum y, sum x^2, sum xy  (x = batch, y = step seconds)
 
@@ -51,11 +50,6 @@ def prior_for(config: PolicyConfig) -> Prior:
         y0, y1 = base + per_req * x0, base + per_req * x1
         rows.append([2 * w, w * (x0 + x1), w * (y0 + y1), w * (x0 * x0 + x1 * x1), w * (x0 * y0 + x1 * y1)])
     return Prior(bases, per_reqs, frozen(np.array(rows)[:, :, None]))
-
-
-def predicted_tok_s(base_s: float, per_req_s: float, batch: float, tokens_per_step: float) -> float:
-    """Output tok/s of a replica whose step costs base + per_req * batch."""
-    return batch * tokens_per_step / (base_s + per_req_s * batch)
 
 
 @dataclass(frozen=True, eq=False)
