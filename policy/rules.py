@@ -1,0 +1,155 @@
+"""The decision: `decide(observations, state, config, now) -> (actions, new_state)`. Pure.
+
+No ray, torch or sglang; the clock is the `now` argument. One call is one tick:
+
+1. Per replica, in order of precedence: an unpatched engine is never flipped (its desired
+   mode mirrors its actual one); an operator override wins (at once: no dwell, no fleet
+   limit); a stale report is never acted on; otherwise the configured rule may want the
+   other mode, and a wish inside the dwell time is held.
+2. Fleet limits over the wishes: OFF flips go first (they relieve overload), then the
+   larger gaps; at most `max_flips_per_tick`; an OFF flip that would leave fewer than
+   `min_on_replicas` fresh replicas ON is held (the least-loaded stay ON); if still short,
+   the least-loaded eligible OFF replicas are turned ON.
+
+Replicas present in `state` but absent from `observations` are forgotten (the actor
+passes every replica it has not expired), with their overrides. A flip compares the
+rule's wish with the replica's *desired* mode; a replica that has not applied its
+desired mode yet is not asked again.
+
+Rules:
+- THRESHOLD: OFF when load >= high, ON when load <= low; nothing in between (hysteresis).
+- GOODPUT: predicted output tok/s ON vs OFF at the replica's batch (load capped at
+  `batch_cap`) from a per-replica cost model fitted online (policy.costmodel); flip when
+  the other mode is predicted better by more than `goodput_margin`.
+
+Step 1 runs on whole columns (numpy): one read of every observation, a few array
+operations, and Python only for the replicas that flip (1000 replicas in ~1-2 ms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from policy.costmodel import FitTable, GoodputView, goodput_tick
+from policy.reports import Floats, Reports, frozen
+from policy.state import REASONS, PolicyState, frozen_map
+from policy.types import LoadMetric, Observation, Override, PolicyConfig, Reason, Rule, SetSpeculation
+
+__all__ = ["decide", "load_of"]
+
+_CODE = {r: i for i, r in enumerate(REASONS)}
+
+
+def load_of(obs: Observation, metric: LoadMetric) -> float:
+    if metric is LoadMetric.RUNNING_PLUS_WAITING:
+        return float(obs.running + obs.waiting)
+    if metric is LoadMetric.RUNNING:
+        return float(obs.running)
+    return float(obs.waiting)
+
+
+def decide(
+    observations: Iterable[Observation], state: PolicyState, config: PolicyConfig, now: float
+) -> tuple[tuple[SetSpeculation, ...], PolicyState]:
+    latest = {o.replica_id: o for o in observations}  # the last report of a replica wins
+    rep = Reports.of(list(latest.values()))
+    ids, n = rep.ids, len(rep.ids)
+    load = rep.load(config.load_metric)
+    prev = state.aligned(ids, rep.on, now - rep.mode_age_s)  # a new replica's dwell from its mode age
+    desired, last = prev.desired_on.copy(), prev.last_flip_at.copy()
+    flips, reason = prev.flips.copy(), np.full(n, _CODE[Reason.RULE_HOLD])
+    fresh = rep.reported_at >= now - config.stale_after_s
+    forced_on, forced_off = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    for rid, override in state.overrides.items():
+        i = prev.index.get(rid)
+        if i is not None:
+            (forced_on if override is Override.FORCE_ON else forced_off)[i] = True
+    actions: list[SetSpeculation] = []
+
+    # 1. unpatched: never flipped, desired mirrors actual
+    unpatched = ~rep.patched
+    desired[unpatched] = rep.on[unpatched]
+    reason[unpatched] = _CODE[Reason.UNPATCHED]
+    # 2. overrides: at once
+    forced = rep.patched & (forced_on | forced_off)
+    reason[forced] = _CODE[Reason.OVERRIDE]
+    for i in np.flatnonzero(forced & (desired != forced_on)).tolist():
+        desired[i], last[i], flips[i] = forced_on[i], now, flips[i] + 1
+        override = Override.FORCE_ON if forced_on[i] else Override.FORCE_OFF
+        actions.append(
+            SetSpeculation(ids[i], bool(forced_on[i]), f"{Reason.OVERRIDE.value}: {override.value}")
+        )
+    # 3. stale: held
+    auto = rep.patched & ~forced
+    reason[auto & ~fresh] = _CODE[Reason.STALE]
+    auto &= fresh
+    # 4. the rule's wish (gap >= 0), held inside the dwell time
+    gp: GoodputView | None = None
+    if config.rule is Rule.GOODPUT:
+        gp = goodput_tick(state.fits or FitTable.empty(), rep, load, config)
+        ratio = gp.on_tok_s / gp.off_tok_s
+        gap = np.where(desired, 1.0 / ratio, ratio) - 1.0 - config.goodput_margin
+    else:
+        gap = np.where(desired, load - config.high, config.low - load)
+    wish = auto & (gap >= 0.0)
+    dwell_ok = np.isnan(last) | (last <= now - config.dwell_s)
+    reason[wish & ~dwell_ok] = _CODE[Reason.DWELL]
+
+    # fleet limits, in Python over the few replicas that want to flip
+    on_count = int(np.count_nonzero(fresh & desired))
+    budget = config.max_flips_per_tick if config.max_flips_per_tick is not None else n
+    wishes = np.flatnonzero(wish & dwell_ok).tolist()
+    wishes.sort(key=lambda i: (not desired[i], -gap[i], ids[i]))  # OFF flips first, then the biggest gap
+    flipped = np.zeros(n, dtype=bool)
+    for i in wishes:
+        turning_off = bool(desired[i])
+        if budget <= 0:
+            reason[i] = _CODE[Reason.FLEET_LIMIT]
+        elif turning_off and on_count <= config.min_on_replicas:
+            reason[i] = _CODE[Reason.MIN_ON]
+        else:
+            desired[i], last[i], flips[i], reason[i] = (
+                not turning_off,
+                now,
+                flips[i] + 1,
+                _CODE[Reason.RULE_FLIP],
+            )
+            actions.append(
+                SetSpeculation(ids[i], not turning_off, _explain(i, turning_off, load, gp, config))
+            )
+            flipped[i] = True
+            budget -= 1
+            on_count += -1 if turning_off else 1
+    if on_count < config.min_on_replicas and budget > 0:
+        eligible = np.flatnonzero(auto & ~desired & dwell_ok & ~flipped).tolist()
+        eligible.sort(key=lambda i: (load[i], ids[i]))  # the least loaded
+        for i in eligible[: min(config.min_on_replicas - on_count, budget)]:
+            desired[i], last[i], flips[i], reason[i] = True, now, flips[i] + 1, _CODE[Reason.MIN_ON_FLIP]
+            actions.append(SetSpeculation(ids[i], True, Reason.MIN_ON_FLIP.value))
+
+    kept = {rid: o for rid, o in state.overrides.items() if rid in latest}
+    new_state = PolicyState(
+        ids=ids,
+        desired_on=frozen(desired),
+        last_flip_at=frozen(last),
+        flips=frozen(flips),
+        reason=frozen(reason),
+        overrides=state.overrides if len(kept) == len(state.overrides) else frozen_map(kept),
+        tick=state.tick + 1,
+        fits=gp.table if gp is not None else state.fits,
+    )
+    return tuple(actions), new_state
+
+
+def _explain(i: int, turning_off: bool, load: Floats, gp: GoodputView | None, config: PolicyConfig) -> str:
+    """The reason string of a rule flip (built only for flips)."""
+    if gp is None:
+        if turning_off:
+            return f"load {float(load[i]):g} >= high {config.high:g}"
+        return f"load {float(load[i]):g} <= low {config.low:g}"
+    return (
+        f"batch {float(gp.batch[i]):g}, accept {float(gp.accept[i]):.2f}: "
+        f"predicted on {float(gp.on_tok_s[i]):.0f} vs off {float(gp.off_tok_s[i]):.0f} tok/s"
+    )

@@ -1,0 +1,295 @@
+"""Plain data the policy speaks: modes, observations, actions, decisions, config, status.
+
+Pure: no ray, torch or sglang. Everything here is a frozen dataclass or an enum, so it
+crosses process boundaries (Ray pickles it by reference to this module) and can be
+compared in tests.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "ClientDecision",
+    "ClientState",
+    "Decision",
+    "DecisionSource",
+    "FleetStatus",
+    "LoadMetric",
+    "Observation",
+    "Override",
+    "PolicyConfig",
+    "Reason",
+    "ReplicaStatus",
+    "Rule",
+    "SetSpeculation",
+    "SpecMode",
+    "TickStats",
+    "UnknownReplicaError",
+]
+
+
+class SpecMode(enum.Enum):
+    """Whether a replica's engine runs EAGLE-3 speculation."""
+
+    ON = "on"
+    OFF = "off"
+
+
+class Override(enum.Enum):
+    """An operator's instruction for one replica; AUTO lets the rule decide."""
+
+    AUTO = "auto"
+    FORCE_ON = "on"
+    FORCE_OFF = "off"
+
+
+class Rule(enum.Enum):
+    """Which rule proposes flips."""
+
+    THRESHOLD = "threshold"  # hysteresis on queue depth
+    GOODPUT = "goodput"  # predicted output tok/s with vs without speculation
+
+
+class LoadMetric(enum.Enum):
+    """What counts as a replica's load."""
+
+    RUNNING_PLUS_WAITING = "running+waiting"
+    RUNNING = "running"
+    WAITING = "waiting"
+
+
+class Reason(enum.Enum):
+    """Why a replica's desired mode is what it is after a tick."""
+
+    NEW = "registered, no decision yet"
+    RULE_FLIP = "rule flipped it"
+    RULE_HOLD = "rule keeps the mode"
+    DWELL = "dwell time not elapsed"
+    FLEET_LIMIT = "flip deferred: max flips per tick reached"
+    MIN_ON = "kept on: min_on_replicas"
+    MIN_ON_FLIP = "turned on: min_on_replicas"
+    OVERRIDE = "operator override"
+    UNPATCHED = "engine unpatched: never flipped"
+    STALE = "report stale: never flipped"
+
+
+class DecisionSource(enum.Enum):
+    """Where a replica's desired mode came from (PolicyClient)."""
+
+    ACTOR = "actor"  # the policy actor answered this tick
+    ACTOR_CACHED = "actor_cached"  # actor unreachable this tick; its last answer is kept
+    LOCAL_FALLBACK = "local_fallback"  # actor unreachable for fail_after ticks; local rule decides
+
+
+class UnknownReplicaError(LookupError):
+    """An operator named a replica the policy has not heard from (or has expired)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What a replica reports every tick. (slots: compact, so a tick over 1000 of them stays in cache.)
+
+    `reported_at` is on the clock `decide` is called with: the actor re-stamps it with
+    its own clock on receipt (replica clocks are not comparable across processes).
+    """
+
+    replica_id: str
+    running: int  # requests in the running batch
+    waiting: int  # requests queued in the engine
+    mode: SpecMode  # actual mode of the engine now
+    patched: bool  # engine patch installed (never flip an unpatched replica)
+    accept_length: float | None  # EMA of accepted tokens per verify while ON (None if unknown)
+    # goodput fit: output tokens of decode steps / seconds spent in decode steps, over the last tick
+    # (decode time only, so prefill interruptions do not read as a slower step)
+    decode_tok_s: float | None = None
+    reported_at: float = 0.0  # seconds, see the class docstring
+    decode_batch: float | None = None  # mean running batch over the decode_tok_s window (else `running`)
+    mode_age_s: float | None = (
+        None  # seconds since the engine last changed mode; rebuilds dwell after an actor restart
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SetSpeculation:
+    """A flip: the replica's desired mode changed this tick."""
+
+    replica_id: str
+    enabled: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The actor's answer to one report."""
+
+    replica_id: str
+    desired: SpecMode
+    reason: str
+    overridden: bool  # an operator override decides this replica
+    tick: int  # the actor tick that produced it; 0 = registered, not yet decided
+
+
+@dataclass(frozen=True, slots=True)
+class ClientDecision:
+    """What PolicyClient tells its replica to do."""
+
+    desired: SpecMode
+    source: DecisionSource
+    reason: str
+    overridden: bool = False
+    consecutive_failures: int = 0
+
+
+@dataclass(frozen=True)
+class ClientState:
+    """A PolicyClient's own state, for the replica's status and logs."""
+
+    source: DecisionSource  # where the last decision came from
+    consecutive_failures: int  # failed round trips to the actor in a row
+    last_error: str | None  # the last failure, one line
+    desired: SpecMode | None  # the last desired mode handed out (None before the first report)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Everything the rules and the actor are tuned by. Every field has a usable default.
+
+    Cost-model priors are engine step times (seconds) as `base + per_req * batch`,
+    derived from the H200 Llama-3.1-8B shapes in ../shared/gpu/README.md: plain decode
+    4.85 ms at batch 1 and 10.1 ms at batch 128; EAGLE-3 (16 draft tokens) calibrated so
+    that at accept length 3 it gives ~1.9x the tok/s at batch 1 and ~0.5x at batch 128.
+    """
+
+    rule: Rule = Rule.THRESHOLD
+    load_metric: LoadMetric = LoadMetric.RUNNING_PLUS_WAITING
+    # threshold rule: off when load >= high, on when load <= low (hysteresis band in between)
+    high: float = 32.0
+    low: float = 12.0
+    # minimum seconds between two flips of one replica
+    dwell_s: float = 10.0
+    # fleet limits: at most this many rule flips per tick (None: no limit); overrides do not count
+    max_flips_per_tick: int | None = None
+    # keep at least this many fresh replicas ON for latency-sensitive traffic
+    min_on_replicas: int = 0
+    # a report older than this is stale: the replica is never flipped
+    stale_after_s: float = 5.0
+    # goodput rule: flip when predicted tok/s gain of the other mode exceeds this fraction
+    goodput_margin: float = 0.10
+    # accept length assumed until a replica reports one
+    default_accept_length: float = 2.5
+    # largest batch the engine runs; goodput predictions cap the load here
+    batch_cap: int = 128
+    # cost-model priors (seconds per engine step)
+    off_step_base_s: float = 4.81e-3
+    off_step_per_req_s: float = 4.16e-5
+    on_step_base_s: float = 7.25e-3
+    on_step_per_req_s: float = 4.18e-4
+    # weight of the prior, in reports, at each of two pseudo-points (batch 1 and batch_cap)
+    prior_weight: float = 2.0
+    # per-report decay of older reports in the online fit, both modes (1.0: never forget)
+    fit_decay: float = 0.95
+    # actor: seconds between ticks, and seconds without a report before a replica is forgotten
+    tick_s: float = 1.0
+    ttl_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        problem = _config_problem(self)
+        if problem:
+            raise ValueError(f"PolicyConfig: {problem}")
+
+
+def _config_problem(c: PolicyConfig) -> str | None:
+    if not isinstance(c.rule, Rule) or not isinstance(c.load_metric, LoadMetric):
+        return "rule and load_metric must be Rule and LoadMetric members"
+    numbers = {f: getattr(c, f) for f in _FLOAT_FIELDS}
+    bad = [f for f, v in numbers.items() if not math.isfinite(v)]
+    if bad:
+        return f"{', '.join(bad)} must be finite"
+    if not 0 <= c.low < c.high:
+        return f"need 0 <= low < high, got low={c.low} high={c.high}"
+    if c.dwell_s < 0:
+        return f"dwell_s must be >= 0, got {c.dwell_s}"
+    if c.max_flips_per_tick is not None and c.max_flips_per_tick < 1:
+        return f"max_flips_per_tick must be >= 1 or None (no limit), got {c.max_flips_per_tick}"
+    if c.min_on_replicas < 0:
+        return f"min_on_replicas must be >= 0, got {c.min_on_replicas}"
+    if c.stale_after_s <= 0 or c.tick_s <= 0:
+        return "stale_after_s and tick_s must be > 0"
+    if c.ttl_s <= c.stale_after_s:
+        return f"ttl_s ({c.ttl_s}) must exceed stale_after_s ({c.stale_after_s})"
+    if c.goodput_margin < 0:
+        return f"goodput_margin must be >= 0, got {c.goodput_margin}"
+    if c.default_accept_length < 1:
+        return (
+            f"default_accept_length must be >= 1 (it counts the bonus token), got {c.default_accept_length}"
+        )
+    if c.batch_cap < 1:
+        return f"batch_cap must be >= 1, got {c.batch_cap}"
+    if min(c.off_step_base_s, c.on_step_base_s) <= 0 or min(c.off_step_per_req_s, c.on_step_per_req_s) < 0:
+        return "step-time priors need base > 0 and per_req >= 0"
+    if c.prior_weight <= 0 or not 0 < c.fit_decay <= 1:
+        return "need prior_weight > 0 and 0 < fit_decay <= 1"
+    return None
+
+
+_FLOAT_FIELDS = (
+    "high",
+    "low",
+    "dwell_s",
+    "stale_after_s",
+    "goodput_margin",
+    "default_accept_length",
+    "off_step_base_s",
+    "off_step_per_req_s",
+    "on_step_base_s",
+    "on_step_per_req_s",
+    "prior_weight",
+    "fit_decay",
+    "tick_s",
+    "ttl_s",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """One replica as the actor sees it (operators' view)."""
+
+    replica_id: str
+    desired: SpecMode
+    actual: SpecMode
+    load: float
+    running: int
+    waiting: int
+    accept_length: float | None
+    flips: int
+    last_report_age_s: float
+    override: Override
+    patched: bool
+    stale: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class TickStats:
+    """How the actor's ticks are going."""
+
+    ticks: int
+    last_tick_age_s: float | None  # None: no tick yet
+    last_decision_s: float | None  # wall time of the last decide call
+    median_decision_s: float | None  # over the recent window
+    flips_total: int
+    expired_total: int
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    """The actor's whole view, for operators."""
+
+    replicas: tuple[ReplicaStatus, ...]
+    config: PolicyConfig
+    ticks: TickStats
+    restarted: bool  # this actor process is a restart (its view was rebuilt from reports)
+    uptime_s: float
