@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PathStats", "main", "write_section"]
+__all__ = ["PathStats", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Ray Serve overhead (P6)"
@@ -147,19 +147,6 @@ def _table(stats: list[PathStats]) -> str:
     return "\n".join(lines)
 
 
-def write_section(doc: Path, body: str) -> None:
-    """Replace (or append) this benchmark's section; other sections stay as they are."""
-    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n"
-    else:
-        nxt = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + body.rstrip("\n") + "\n" + (text[nxt:] if nxt >= 0 else "")
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m deployments.bench_overhead", description=__doc__.split("\n")[0]
@@ -210,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             "overhead is far below the paths' p90 - p50 spread, the CPU engine's own jitter hides it.",
         ]
     )
+    from loadtests.benchdoc import write_section  # the one helper every benchmark uses
+
     write_section(Path(args.doc), body)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"env": env, "stats": [asdict(x) for x in stats]}, indent=1))

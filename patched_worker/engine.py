@@ -11,8 +11,8 @@ import functools
 import json
 import threading
 
-from sglang.srt.entrypoints.engine import Engine
 import zmq
+from sglang.srt.entrypoints.engine import Engine
 from sglang.srt.managers.io_struct import RpcReqInput, RpcReqOutput, sock_recv, sock_send
 
 from patched_worker.install import run_scheduler_process

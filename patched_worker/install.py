@@ -118,6 +118,10 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
         barrier(group=self.tp_group.cpu_group)
         return out
 
+    from patched_worker import profile_off
+    from patched_worker.switch import SpecSwitch
+
+    profile_off.maybe_wrap(SpecSwitch)  # diagnostics only, when SPECFLIP_PROFILE_OFF is set
     EAGLEWorkerV2.forward_batch_generation = forward_batch_generation
     EAGLEWorkerV2.on_verify_complete_cpu = on_verify_complete_cpu
     EAGLEWorkerV2.init_cuda_graphs = init_cuda_graphs

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 __all__ = ["Strategy", "SwitchConfig", "SpeculationState"]
 
 
-class Strategy(str, enum.Enum):
+class Strategy(enum.StrEnum):
     """What happens to the draft model while speculation is OFF."""
 
     WARM_KV = "warm_kv"  # write only the draft layer's K/V for each new position (cheap, stays warm)
@@ -56,6 +56,7 @@ class SpeculationState:
     sglang_version: str = ""
     off_cuda_graphs: bool = False  # OFF steps replay plain DECODE CUDA graphs
     off_cuda_graphs_note: str = ""  # why not, when they do not
+    last_resync_ms: float | None = None  # duration of the last decode-mode draft resync
     # recent decode steps: (step index, mode "on"/"off"/"resync", batch size, mean accept length)
     trace: list[tuple[int, str, int, float]] = field(default_factory=list)
 

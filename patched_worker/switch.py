@@ -17,11 +17,20 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
+import time
 
 from patched_worker import draft_sync, off_decode
 from patched_worker.state import SpeculationState, Strategy, SwitchConfig
 
 __all__ = ["SpecSwitch"]
+
+
+def _synced_clock() -> float:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter()
 
 
 class SpecSwitch:
@@ -32,6 +41,7 @@ class SpecSwitch:
         self.requested = config.start_enabled
         self.toggles = self.on_steps = self.off_steps = self.resyncs = 0
         self.accept_ema: float | None = None
+        self.last_resync_ms: float | None = None
         self.plain_decode_graphs = None  # PlainDecodeGraphRunner on CUDA hosts with graphs enabled
         self.plain_decode_graphs_note = "not captured yet"
         self._step = 0
@@ -75,7 +85,11 @@ class SpecSwitch:
         result = off_decode.run_off_decode(
             self.worker, batch, on_publish, capture_aux=resync or strategy is not Strategy.COLD,
             graph_runner=self.plain_decode_graphs)
-        if resync or strategy is Strategy.FULL_EXTEND:
+        if resync:
+            t0 = _synced_clock()
+            draft_sync.draft_extend_one(self.worker, batch, result)
+            self.last_resync_ms = (_synced_clock() - t0) * 1e3  # one sync per flip, not per step
+        elif strategy is Strategy.FULL_EXTEND:
             draft_sync.draft_extend_one(self.worker, batch, result)
         elif strategy is Strategy.WARM_KV:
             draft_sync.write_draft_kv(self.worker, batch, result)
@@ -119,4 +133,5 @@ class SpecSwitch:
             toggles=self.toggles, accept_length_ema=self.accept_ema, on_steps=self.on_steps,
             off_steps=self.off_steps, resyncs=self.resyncs, running=running, waiting=waiting,
             patched=True, sglang_version=version, off_cuda_graphs=self.plain_decode_graphs is not None,
-            off_cuda_graphs_note=self.plain_decode_graphs_note, trace=list(self.trace))
+            off_cuda_graphs_note=self.plain_decode_graphs_note, last_resync_ms=self.last_resync_ms,
+            trace=list(self.trace))

@@ -256,7 +256,8 @@ class PolicyClient:
             last_flip = self._desired_since if self._desired_since is not None else self._mode_since
             self._local = seed_replica(PolicyState(), self.replica_id, start, last_flip)
         actions, self._local = decide([obs], self._local, self._local_config, obs.reported_at)
-        rs = self._local.replicas[self.replica_id]
+        rs = self._local.replica(self.replica_id)
+        assert rs is not None  # decide() keeps every replica it was given
         self._set_desired(rs.desired)
         rule = actions[0].reason if actions else rs.reason.value
         why = f"local fallback after {self._failures} failed reports ({self._last_error}): {rule}"

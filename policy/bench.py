@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from loadtests.benchdoc import write_section
 from policy.rules import decide
 from policy.sim import SimConfig, SimPolicy, simulate
 from policy.sim_model import EngineModel, default_model
@@ -36,7 +37,7 @@ from policy.sim_trace import low_high_low
 from policy.state import PolicyState
 from policy.types import Observation, PolicyConfig, Rule, SpecMode
 
-__all__ = ["Timing", "bench_fleet_model", "bench_simulator", "main", "write_section"]
+__all__ = ["Timing", "bench_fleet_model", "bench_simulator", "main"]
 
 TARGET_S = 5e-3
 _LEVELS = (800.0, 6000.0, 800.0)  # output tok/s per replica in the three thirds of the run
@@ -114,8 +115,7 @@ def bench_fleet_model(rule: Rule, replicas: int, ticks: int, seed: int = 0) -> T
         cpu.append(time.thread_time() - c0)
         wall.append(time.perf_counter() - w0)
         flips += len(actions)
-        for i, rs in enumerate(state.replicas[r] for r in ids):
-            modes[i] = rs.desired  # applied before the next report
+        modes = [SpecMode.ON if on else SpecMode.OFF for on in state.desired_on.tolist()]  # applied next tick
     return Timing("fleet model", rule, replicas, ticks, tuple(wall), tuple(cpu), flips)
 
 
@@ -130,27 +130,6 @@ def bench_simulator(rule: Rule, replicas: int, phase_s: float, seed: int = 0) ->
     return Timing(
         "simulator", rule, replicas, len(res.decision_s), res.decision_s, res.decision_cpu_s, len(res.flips)
     )
-
-
-def write_section(path: Path, body: str, heading: str = "## policy") -> None:
-    """Replace (or append) one `## ` section of a shared markdown file, leaving the others alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.strip() == heading), None)
-    if start is None:
-        new = text.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n"
-    else:
-        end = next((j for j in range(start + 1, len(lines)) if lines[j].startswith("## ")), len(lines))
-        new = (
-            "\n".join(
-                lines[:start]
-                + body.rstrip("\n").splitlines()
-                + ([""] + lines[end:] if end < len(lines) else [])
-            )
-            + "\n"
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(new)
 
 
 def _ms(x: float | None) -> str:

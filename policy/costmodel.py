@@ -4,13 +4,12 @@ An engine step costs `base + per_req * batch` seconds in each mode; a step yield
 token per request with speculation OFF and `accept_length` tokens per request ON
 (SmartSpec/TurboSpec: goodput = accepted tokens / batch execution time). A report gives
 a step time back: at output `tok_s` and mean batch `b`, `step = b * tokens_per_step / tok_s`.
-Each replica's fit is weighted least squares over its reports (every report decays
+Each replica's fit is weighted least squares over its reports plus a prior: two
+pseudo-reports on the config's prior line at batch 1 and `batch_cap` (weight
+`prior_weight` each), so a replica that only ever ran one batch size still gets a
+well-posed slope, and one never seen ON predicts ON from the prior. Every report decays
 both modes' older reports by `fit_decay`, so what a replica learnt about the mode it is
-not in fades back to the prior: bounded re-exploration instead of a belief frozen by
-one bad tick) plus a prior: two pseudo-reports on the config's
-prior line at batch 1 and `batch_cap` (weight `prior_weight` each), so a replica that
-only ever ran one batch size still gets a well-posed slope, and one never seen ON
-predicts ON from the prior.
+not in fades back to the prior: bounded re-exploration, not a belief frozen by one bad tick.
 
 Columnar (numpy, one slot per replica): the fleet's fits update in a handful of array
 operations per tick, which keeps `decide` within a few milliseconds at 1000 replicas.
@@ -23,46 +22,34 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from numpy.typing import NDArray
 
-from policy.types import Observation, PolicyConfig, SpecMode
+from policy.reports import Floats, Reports, frozen
+from policy.types import PolicyConfig
 
-__all__ = ["FitTable", "GoodputView", "Prior", "goodput_tick", "predicted_tok_s", "prior_for"]
+__all__ = ["FitTable", "GoodputView", "Prior", "goodput_tick", "prior_for"]
 
-Floats = NDArray[np.float64]
 _SUMS = 5  # n, sum x, sum y, sum x^2, sum xy  (x = batch, y = step seconds)
 
 
 class Prior(NamedTuple):
-    """The config's prior step-time line and the sums of its two pseudo-reports."""
+    """The config's prior step-time lines and the sums of their two pseudo-reports, per mode."""
 
-    base_s: float
-    per_req_s: float
-    sums: tuple[float, float, float, float, float]
+    base_s: tuple[float, float]  # ON, OFF
+    per_req_s: tuple[float, float]
+    sums: Floats  # (2, 5, 1), added to every replica's sums before solving
 
 
 @functools.lru_cache(maxsize=64)
-def prior_for(config: PolicyConfig, mode: SpecMode) -> Prior:
-    if mode is SpecMode.ON:
-        base, per_req = config.on_step_base_s, config.on_step_per_req_s
-    else:
-        base, per_req = config.off_step_base_s, config.off_step_per_req_s
+def prior_for(config: PolicyConfig) -> Prior:
+    bases = (config.on_step_base_s, config.off_step_base_s)
+    per_reqs = (config.on_step_per_req_s, config.off_step_per_req_s)
     w = config.prior_weight
     x0, x1 = 1.0, max(float(config.batch_cap), 2.0)
-    y0, y1 = base + per_req * x0, base + per_req * x1
-    return Prior(
-        base, per_req, (2 * w, w * (x0 + x1), w * (y0 + y1), w * (x0 * x0 + x1 * x1), w * (x0 * y0 + x1 * y1))
-    )
-
-
-def predicted_tok_s(base_s: float, per_req_s: float, batch: float, tokens_per_step: float) -> float:
-    """Output tok/s of a replica whose step costs base + per_req * batch."""
-    return batch * tokens_per_step / (base_s + per_req_s * batch)
-
-
-def _frozen(a: Floats) -> Floats:
-    a.flags.writeable = False
-    return a
+    rows = []
+    for base, per_req in zip(bases, per_reqs, strict=True):
+        y0, y1 = base + per_req * x0, base + per_req * x1
+        rows.append([2 * w, w * (x0 + x1), w * (y0 + y1), w * (x0 * x0 + x1 * x1), w * (x0 * y0 + x1 * y1)])
+    return Prior(bases, per_reqs, frozen(np.array(rows)[:, :, None]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,15 +57,13 @@ class FitTable:
     """Every replica's fit; slot i belongs to ids[i]. The arrays are read-only."""
 
     ids: tuple[str, ...]
-    on: Floats  # (5, n) decayed sums of ON reports
-    off: Floats  # (5, n) decayed sums of OFF reports
+    sums: Floats  # (2, 5, n): per mode (ON, OFF) the decayed sums n, x, y, x^2, xy of its reports
     accept: Floats  # (n,) last accept length reported; NaN: none yet
     fitted_at: Floats  # (n,) reported_at of the last report folded in; NaN: none
 
     @staticmethod
     def empty() -> FitTable:
-        z = np.zeros((_SUMS, 0))
-        return FitTable((), _frozen(z), _frozen(z.copy()), _frozen(np.zeros(0)), _frozen(np.zeros(0)))
+        return FitTable((), frozen(np.zeros((2, _SUMS, 0))), frozen(np.zeros(0)), frozen(np.zeros(0)))
 
     def aligned(self, ids: tuple[str, ...]) -> FitTable:
         """The same fits laid out in `ids` order; new replicas start empty, missing ones are dropped."""
@@ -96,10 +81,9 @@ class FitTable:
 
         return FitTable(
             ids,
-            _frozen(gather(self.on, 0.0)),
-            _frozen(gather(self.off, 0.0)),
-            _frozen(gather(self.accept, np.nan)),
-            _frozen(gather(self.fitted_at, np.nan)),
+            frozen(gather(self.sums, 0.0)),
+            frozen(gather(self.accept, np.nan)),
+            frozen(gather(self.fitted_at, np.nan)),
         )
 
 
@@ -113,47 +97,25 @@ class GoodputView(NamedTuple):
     accept: Floats  # the accept length it assumes
 
 
-def _solve(sums: Floats, prior: Prior) -> tuple[Floats, Floats]:
-    """Least-squares (base, per_req) per slot through its reports plus the prior pseudo-reports."""
-    n, sx, sy, sxx, sxy = (sums[k] + prior.sums[k] for k in range(_SUMS))
-    per_req = np.maximum((n * sxy - sx * sy) / (n * sxx - sx * sx), 0.0)  # det > 0: two prior batches
-    base = np.maximum((sy - per_req * sx) / n, 1e-6)
-    return base, per_req
-
-
-def _fold(sums: Floats, new: Floats, in_mode: Floats, x: Floats, y: Floats, decay: float) -> Floats:
-    """Decay every replica that reported this tick; add the point to those in this mode."""
-    point = np.stack([np.ones_like(x), x, y, x * x, x * y])
-    return np.where(new, sums * decay + np.where(in_mode, point, 0.0), sums)
-
-
-def goodput_tick(
-    table: FitTable, observations: list[Observation], loads: list[float], config: PolicyConfig
-) -> GoodputView:
-    """Fold this tick's reports into the fits and predict each replica's tok/s in both modes."""
-    table = table.aligned(tuple(o.replica_id for o in observations))
-    nan = float("nan")
-    on_mode = np.array([o.mode is SpecMode.ON for o in observations], dtype=bool)
-    seen_accept = np.array([nan if o.accept_length is None else o.accept_length for o in observations])
-    tok_s = np.array([o.decode_tok_s or 0.0 for o in observations])
-    batch_obs = np.array(
-        [o.running if o.decode_batch is None else o.decode_batch for o in observations], float
-    )
-    at = np.array([o.reported_at for o in observations])
-
+def goodput_tick(table: FitTable, reports: Reports, loads: Floats, config: PolicyConfig) -> GoodputView:
+    """Fold this tick's reports into the fits and predict each replica's tok/s in both modes at `loads`."""
+    table = table.aligned(reports.ids)
+    on_mode, x, tok_s, at = reports.on, reports.batch, reports.tok_s, reports.reported_at
     # the engine's EMA only moves while ON, so an OFF replica reports its last ON value: use it
-    accept = np.where(np.isnan(seen_accept), table.accept, seen_accept)
+    accept = np.where(np.isnan(reports.accept), table.accept, reports.accept)
     a = np.where(np.isnan(accept), config.default_accept_length, accept)
-    new = (tok_s > 0) & (batch_obs >= 1) & (at != table.fitted_at)  # NaN != x: never-fitted slots count
-    step = batch_obs * np.where(on_mode, a, 1.0) / np.where(new, tok_s, 1.0)  # step = b * tokens/step / tok_s
-    on = _fold(table.on, new, on_mode, batch_obs, step, config.fit_decay)
-    off = _fold(table.off, new, ~on_mode, batch_obs, step, config.fit_decay)
-    fitted_at = np.where(new, at, table.fitted_at)
+    new = (tok_s > 0) & (x >= 1) & (at != table.fitted_at)  # NaN != x: never-fitted slots count
+    y = x * np.where(on_mode, a, 1.0) / np.where(new, tok_s, 1.0)  # step seconds = b * tokens/step / tok_s
+    # every report decays both modes' sums; its point goes to the mode it was measured in
+    point = np.stack([np.ones_like(x), x, y, x * x, x * y])  # (5, n)
+    into = np.stack([new & on_mode, new & ~on_mode])[:, None, :]  # (2, 1, n)
+    sums = table.sums * np.where(new, config.fit_decay, 1.0) + point * into
+    # least squares through reports + prior pseudo-reports (det > 0: those sit at two batches)
+    n, sx, sy, sxx, sxy = (sums + prior_for(config).sums).transpose(1, 0, 2)  # each (2, n)
+    per_req = np.maximum((n * sxy - sx * sy) / (n * sxx - sx * sx), 0.0)
+    base = np.maximum((sy - per_req * sx) / n, 1e-6)
 
-    b = np.clip(np.array(loads, float), 1.0, float(config.batch_cap))
-    on_base, on_per = _solve(on, prior_for(config, SpecMode.ON))
-    off_base, off_per = _solve(off, prior_for(config, SpecMode.OFF))
-    on_tok = b * a / (on_base + on_per * b)
-    off_tok = b / (off_base + off_per * b)
-    fits = FitTable(table.ids, _frozen(on), _frozen(off), _frozen(accept), _frozen(fitted_at))
-    return GoodputView(fits, on_tok, off_tok, b, a)
+    b = np.clip(loads, 1.0, float(config.batch_cap))
+    tok = b * np.stack([a, np.ones_like(a)]) / (base + per_req * b)  # (2, n): ON, OFF
+    fits = FitTable(table.ids, frozen(sums), frozen(accept), frozen(np.where(new, at, table.fitted_at)))
+    return GoodputView(fits, tok[0], tok[1], b, a)

@@ -68,7 +68,7 @@ class FleetView:
         if obs is None:
             raise UnknownReplicaError(self._unknown(replica_id))
         overridden = replica_id in self._state.overrides
-        rs = self._state.replicas.get(replica_id)
+        rs = self._state.replica(replica_id)
         if rs is None:  # registered since the last tick: keep what it runs
             return Decision(replica_id, obs.mode, Reason.NEW.value, overridden, 0)
         # until the replica has applied a flip, keep telling it why (later ticks say "rule keeps the mode")
@@ -97,7 +97,7 @@ class FleetView:
     def status(self, now: float) -> FleetStatus:
         replicas = []
         for rid, obs in self._latest.items():
-            rs = self._state.replicas.get(rid)
+            rs = self._state.replica(rid)
             decision = self.decision(rid)
             replicas.append(
                 ReplicaStatus(

@@ -88,9 +88,9 @@ class UnknownReplicaError(LookupError):
     """An operator named a replica the policy has not heard from (or has expired)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Observation:
-    """What a replica reports every tick.
+    """What a replica reports every tick. (slots: compact, so a tick over 1000 of them stays in cache.)
 
     `reported_at` is on the clock `decide` is called with: the actor re-stamps it with
     its own clock on receipt (replica clocks are not comparable across processes).
@@ -112,7 +112,7 @@ class Observation:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SetSpeculation:
     """A flip: the replica's desired mode changed this tick."""
 
@@ -121,7 +121,7 @@ class SetSpeculation:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     """The actor's answer to one report."""
 
@@ -132,7 +132,7 @@ class Decision:
     tick: int  # the actor tick that produced it; 0 = registered, not yet decided
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClientDecision:
     """What PolicyClient tells its replica to do."""
 
@@ -253,7 +253,7 @@ _FLOAT_FIELDS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReplicaStatus:
     """One replica as the actor sees it (operators' view)."""
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from patched_worker.cpu import shim
 
-shim.enable()  # before anything imports sgl_kernel; refuses on a CUDA host
+if not torch.cuda.is_available():
+    shim.enable()  # CPU host: real engine through the shim; set before anything imports sgl_kernel
 
 
 class Engines:

@@ -202,8 +202,9 @@ def test_min_on_replicas_turns_on_the_least_loaded_when_short() -> None:
     assert state.replicas["d"].reason is HOLD
 
 
-def test_override_wins_until_cleared_then_dwell_counts_from_the_override_flip() -> None:
-    config = PolicyConfig(high=32, low=12, dwell_s=10)
+@pytest.mark.parametrize("rule", list(Rule))
+def test_override_wins_until_cleared_then_dwell_counts_from_the_override_flip(rule: Rule) -> None:
+    config = PolicyConfig(rule=rule, high=32, low=12, dwell_s=10)
     state, mode = PolicyState(), ON
     rows: list[tuple[float, Override | None, int, SpecMode, Reason]] = [
         (0, None, 50, OFF, FLIP),
@@ -222,8 +223,9 @@ def test_override_wins_until_cleared_then_dwell_counts_from_the_override_flip() 
         mode = got.desired
 
 
-def test_stale_reports_are_never_acted_on() -> None:
-    config = PolicyConfig(stale_after_s=5, dwell_s=0)
+@pytest.mark.parametrize("rule", list(Rule))
+def test_stale_reports_are_never_acted_on(rule: Rule) -> None:
+    config = PolicyConfig(rule=rule, stale_after_s=5, dwell_s=0)
     state = PolicyState()
     rows = [
         (10, 4.0, ON, Reason.STALE),

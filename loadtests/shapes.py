@@ -1,0 +1,169 @@
+"""Load shapes as plain data: a schedule of phases, ticked by Locust's shape class.
+
+Shapes are written as short specs (the CLI and the locustfile use the same ones):
+
+    fixed:users=8,duration=30
+    steps:users=1/2/4/8,step=20
+    transition:low=2,high=32,low_s=30,high_s=60,tail_s=30    # low -> high -> low
+    poisson:rate=4,users=64,duration=60                      # open loop, 4 req/s
+
+`Schedule.tick(t)` answers what Locust's `LoadTestShape.tick()` wants at run time
+`t`: (users, spawn_rate), or None when the test is over. Users are spawned at
+`spawn_rate` per second (Locust stops users at that rate too); by default it is
+the largest phase's user count, so every change of level takes about one second.
+
+Poisson arrivals (open loop): Locust users are closed-loop (one request at a time
+each), so a pool of `users` paces itself: each user draws its next *start time*
+from an exponential distribution of rate `rate / users`, counted from its previous
+scheduled start, not from when its last request finished. The superposition of
+`users` such streams is a Poisson process of rate `rate`, as long as a user is
+idle when its next arrival comes; if it is still busy the arrival is late (it
+starts at once) and `PoissonPacer.late` counts it. Size the pool above the
+expected number of requests in flight (rate x latency); the report shows the
+achieved rate, and late arrivals mean the pool was too small.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+__all__ = ["Phase", "PoissonPacer", "Schedule", "ShapeError", "parse_shape"]
+
+
+class ShapeError(ValueError):
+    """A shape spec that cannot be run."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """`users` concurrent users from `start` to `end` seconds of run time."""
+
+    name: str
+    start: float
+    end: float
+    users: int
+    spawn_rate: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Consecutive phases; `rate` (requests/s) is set for Poisson arrivals only."""
+
+    kind: str
+    phases: tuple[Phase, ...]
+    rate: float | None = None
+
+    @property
+    def duration(self) -> float:
+        return self.phases[-1].end
+
+    @property
+    def max_users(self) -> int:
+        return max(p.users for p in self.phases)
+
+    def phase_at(self, t: float) -> Phase | None:
+        for p in self.phases:
+            if p.start <= t < p.end:
+                return p
+        return None
+
+    def tick(self, t: float) -> tuple[int, float] | None:
+        p = self.phase_at(t)
+        return None if p is None else (p.users, p.spawn_rate)
+
+    @property
+    def rate_per_user(self) -> float | None:
+        return None if self.rate is None else self.rate / self.max_users
+
+
+def _phases(named: list[tuple[str, float, int]], spawn_rate: float | None) -> tuple[Phase, ...]:
+    # Locust uses the spawn rate for stopping users too: default to the largest phase,
+    # so every change of level (up or down) completes within about one second.
+    rate = spawn_rate or float(max(users for _, _, users in named))
+    out, t = [], 0.0
+    for name, dur, users in named:
+        if dur <= 0:
+            raise ShapeError(f"phase {name!r} needs a positive duration, got {dur}")
+        if users < 1:
+            raise ShapeError(f"phase {name!r} needs at least 1 user, got {users}")
+        out.append(Phase(name, t, t + dur, users, rate))
+        t += dur
+    return tuple(out)
+
+
+def parse_shape(spec: str) -> Schedule:
+    """Parse a shape spec (see the module docstring)."""
+    kind, _, rest = spec.strip().partition(":")
+    args: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ShapeError(f"expected key=value in shape spec {spec!r}, got {item!r}")
+        args[key.strip()] = value.strip()
+
+    def num(key: str, default: float | None = None) -> float:
+        if key not in args:
+            if default is None:
+                raise ShapeError(f"shape {kind!r} needs {key}=... (spec {spec!r})")
+            return default
+        try:
+            return float(args.pop(key))
+        except ValueError as e:
+            raise ShapeError(f"{key} must be a number in {spec!r}") from e
+
+    spawn = num("spawn_rate", 0.0) or None
+    if kind == "fixed":
+        users, dur = int(num("users")), num("duration")
+        sched = Schedule("fixed", _phases([(f"c={users}", dur, users)], spawn))
+    elif kind == "steps":
+        try:
+            levels = [int(u) for u in args.pop("users", "").split("/") if u]
+        except ValueError as e:
+            raise ShapeError(f"steps users must look like 1/2/4 in {spec!r}") from e
+        if not levels:
+            raise ShapeError(f"steps needs users=1/2/4 (spec {spec!r})")
+        step = num("step")
+        sched = Schedule("steps", _phases([(f"c={u}", step, u) for u in levels], spawn))
+    elif kind == "transition":
+        low, high = int(num("low")), int(num("high"))
+        if high <= low:
+            raise ShapeError(f"transition needs high > low, got low={low} high={high}")
+        low_s, high_s, tail_s = num("low_s"), num("high_s"), num("tail_s")
+        sched = Schedule(
+            "transition", _phases([("low", low_s, low), ("high", high_s, high), ("low2", tail_s, low)], spawn)
+        )
+    elif kind == "poisson":
+        rate, users, dur = num("rate"), int(num("users")), num("duration")
+        if rate <= 0:
+            raise ShapeError(f"poisson rate must be > 0, got {rate}")
+        sched = Schedule("poisson", _phases([(f"rate={rate:g}/s", dur, users)], spawn), rate=rate)
+    else:
+        raise ShapeError(f"unknown shape {kind!r}: use fixed, steps, transition or poisson")
+    if args:
+        raise ShapeError(f"unknown keys {sorted(args)} in shape spec {spec!r}")
+    return sched
+
+
+class PoissonPacer:
+    """Schedule-based pacing of one user: exponential gaps between *scheduled* starts."""
+
+    def __init__(self, rate_per_user: float, rng: random.Random, now: float) -> None:
+        if rate_per_user <= 0:
+            raise ShapeError(f"rate per user must be > 0, got {rate_per_user}")
+        self.rate = rate_per_user
+        self.rng = rng
+        self.next_start = now
+        self.late = 0
+
+    def wait(self, now: float) -> float:
+        """Seconds to sleep before the next request (0 when the arrival is already due)."""
+        self.next_start += self.rng.expovariate(self.rate)
+        if self.next_start < now:
+            self.late += 1
+            return 0.0
+        return self.next_start - now

@@ -1,0 +1,171 @@
+"""The Locust user: one streaming OpenAI request at a time, timed chunk by chunk.
+
+Imports Locust (and so gevent's monkey patching): only the locustfile imports
+this module; the sweep runner runs Locust in a subprocess and never does.
+
+Per request it reports to Locust's statistics
+- the HTTP request itself (name `chat` or `completions`, response time = end to end),
+- custom entries `TTFT`, `TPOT`, `E2E` (ms) and one `ITL` per inter-chunk gap,
+and appends a `RequestRecord` line to `requests-<pid>.jsonl` in the output folder;
+percentiles and goodput are computed from those lines, exactly, by our own code.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from gevent import GreenletExit
+from locust import HttpUser, task
+
+from loadtests.config import LoadConfig
+from loadtests.hosts import HostBoundUrls, guard_session
+from loadtests.metrics import CANCELLED
+from loadtests.payloads import API_PATHS, build_request
+from loadtests.prompts import Prompt, make_prompts
+from loadtests.records import RequestRecord, StreamAccumulator, write_record
+from loadtests.shapes import PoissonPacer, Schedule
+from loadtests.sse import SseDecoder, parse_chunk
+
+__all__ = ["OpenAIStreamUser", "RunContext", "current_context", "set_context"]
+
+
+@dataclass
+class RunContext:
+    """Shared by all users of one Locust process (gevent: one thread, no locks)."""
+
+    config: LoadConfig
+    urls: HostBoundUrls
+    model: str
+    schedule: Schedule
+    prompts: Iterator[Prompt]
+    sink: TextIO
+    records: list[RequestRecord] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+    @classmethod
+    def open(cls, config: LoadConfig, host: str, model: str) -> RunContext:
+        out = Path(config.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        prompts = make_prompts(
+            config.prompt_set, config.num_prompts, config.input_len, config.seed, config.corpus_dir or None
+        )
+        sink = (out / f"requests-{os.getpid()}.jsonl").open("a", encoding="utf-8")
+        return cls(config, HostBoundUrls(host), model, config.schedule, itertools.cycle(prompts), sink)
+
+    def record(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        write_record(self.sink, rec)
+
+
+_CONTEXT: RunContext | None = None
+
+
+def set_context(ctx: RunContext | None) -> None:
+    global _CONTEXT
+    _CONTEXT = ctx
+
+
+def current_context() -> RunContext:
+    if _CONTEXT is None:
+        raise RuntimeError("load test context not initialised (the locustfile sets it at test_start)")
+    return _CONTEXT
+
+
+class OpenAIStreamUser(HttpUser):
+    """Sends streaming chat/completions requests back to back, or paced for Poisson arrivals."""
+
+    pacer: PoissonPacer | None = None
+
+    def on_start(self) -> None:
+        ctx = current_context()
+        guard_session(self.client, ctx.urls)
+        rate = ctx.schedule.rate_per_user
+        if rate is not None:
+            self.pacer = PoissonPacer(rate, random.Random(), time.time())
+            time.sleep(self.pacer.wait(time.time()))  # gevent-patched: yields to other users
+
+    def wait_time(self) -> float:
+        return self.pacer.wait(time.time()) if self.pacer is not None else 0.0
+
+    def _fire(self, kind: str, name: str, ms: float, length: int = 0) -> None:
+        self.environment.events.request.fire(
+            request_type=kind,
+            name=name,
+            response_time=ms,
+            response_length=length,
+            exception=None,
+            context={},
+        )
+
+    @task
+    def generate(self) -> None:
+        ctx = current_context()
+        cfg = ctx.config
+        url = ctx.urls.url(API_PATHS[cfg.api])
+        body = build_request(cfg, ctx.model, next(ctx.prompts))
+        users = self.environment.runner.user_count if self.environment.runner else 0
+        start = time.time()
+        acc = StreamAccumulator(start=start, max_tokens=cfg.output_len)
+        try:
+            rec = self._stream(url, body, acc, users)
+        except GreenletExit:
+            # Stopped mid-stream by the shape or the end of the run: keep the tokens it got.
+            ctx.record(acc.finish(time.time(), acc.http_status, error=CANCELLED, api=cfg.api, users=users))
+            raise
+        ctx.record(rec)
+        if rec.ok:
+            if rec.ttft is not None:
+                self._fire("TTFT", cfg.api, rec.ttft * 1000, rec.prompt_tokens or 0)
+            if rec.tpot is not None:
+                self._fire("TPOT", cfg.api, rec.tpot * 1000, rec.output_tokens)
+            self._fire("E2E", cfg.api, rec.e2e * 1000, rec.output_tokens)
+            if cfg.itl_events:
+                for gap in rec.itl:
+                    self._fire("ITL", cfg.api, gap * 1000)
+
+    def _stream(self, url: str, body: dict[str, Any], acc: StreamAccumulator, users: int) -> RequestRecord:
+        cfg = current_context().config
+        with self.client.post(
+            url,
+            json=body,
+            stream=True,
+            catch_response=True,
+            name=cfg.api,
+            allow_redirects=False,
+            timeout=cfg.request_timeout_s,
+        ) as resp:
+            status = acc.http_status = int(resp.status_code or 0)
+            error = ""
+            if status == 0:
+                error = f"connection failed: {getattr(resp, 'error', '')}"[:300]
+            elif status != 200:
+                error = f"HTTP {status}: {resp.text[:300]}"
+            else:
+                try:
+                    decoder = SseDecoder()
+                    # Read to the end of the response even after [DONE] (servers close the
+                    # stream right after it): a fully read response returns its connection
+                    # to the pool, so the next request reuses it instead of connecting again.
+                    for piece in resp.iter_content(chunk_size=None):
+                        now = time.time()
+                        for payload in decoder.feed(piece):
+                            acc.add(parse_chunk(payload), now)
+                    for payload in decoder.close():
+                        acc.add(parse_chunk(payload), time.time())
+                except Exception as e:  # connection dropped mid-stream, timeout, ...
+                    error = f"{type(e).__name__}: {e}"[:300]
+            rec = acc.finish(acc.done_at or time.time(), status, error=error, api=cfg.api, users=users)
+            resp.request_meta["response_time"] = rec.e2e * 1000
+            resp.request_meta["response_length"] = rec.output_tokens
+            if rec.ok:
+                resp.success()
+            else:
+                resp.failure(rec.error)
+            return rec

@@ -1,0 +1,25 @@
+"""docs/benchmarks.md sections: each benchmark script replaces only its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loadtests.benchdoc import write_section
+
+
+def test_write_section_replaces_only_its_own_section(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(
+        "# Benchmarks\n\n## engine\n\nkeep me\n\n## policy\n\nold numbers\n\n## loadtests\n\nkeep me too\n"
+    )
+    write_section(doc, "## policy\n\nnew numbers\n")
+    text = doc.read_text()
+    assert "old numbers" not in text and "new numbers" in text
+    assert text.index("## engine") < text.index("## policy") < text.index("## loadtests")
+    assert text.count("keep me") == 2
+
+
+def test_write_section_creates_the_file_or_appends(tmp_path: Path) -> None:
+    doc = tmp_path / "docs" / "benchmarks.md"
+    write_section(doc, "## policy\n\nnumbers\n")
+    assert doc.read_text().startswith("# Benchmarks\n") and "## policy" in doc.read_text()

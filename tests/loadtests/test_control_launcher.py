@@ -1,0 +1,193 @@
+"""Control client, status poller and app launchers against the stand-in app."""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from loadtests.control import ControlError, SpecflipClient, StatusPoller, mean_accept_length, on_fraction
+from loadtests.launcher import (
+    DEFAULT_SPECS,
+    CommandLauncher,
+    ExternalApp,
+    LauncherError,
+    Variant,
+    VariantSpec,
+    parse_variant_configs,
+    process_group_alive,
+)
+from tests.loadtests.conftest import TOKEN
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = REPO / "tests" / "loadtests" / "openai_standin.py"
+
+
+def test_status_and_override_round_trip(standin: Callable[..., str]) -> None:
+    client = SpecflipClient(standin(), TOKEN)
+    assert client.models() == ["standin-tiny"]
+    first = client.status()
+    assert first is not None
+    assert [(s.replica_id, s.mode, s.override, s.accept_length) for s in first] == [
+        ("r0", "on", "auto", 3.0),
+        ("r1", "on", "auto", 3.0),
+    ]
+    with pytest.raises(ControlError, match="401"):
+        SpecflipClient(client.urls.host, "wrong").override("off")
+    with pytest.raises(ControlError, match="400"):
+        client.override("sideways")
+    client.override("off")
+    client.wait_for_override("off", timeout=5)
+    after = client.status() or []
+    assert {(s.mode, s.override) for s in after} == {("off", "off")}
+    client.override("on", replica_id="r1")
+    assert {s.replica_id: s.override for s in client.status() or []} == {"r0": "off", "r1": "on"}
+    client.probe("standin-tiny", "completions")
+    with pytest.raises(ControlError, match="404"):
+        client.probe("no-such-model")
+
+
+def test_poller_samples_in_the_background_and_stops(standin: Callable[..., str]) -> None:
+    client = SpecflipClient(standin(), TOKEN)
+    with StatusPoller(client, interval=0.1) as poller:
+        time.sleep(0.55)
+    n = len(poller.samples)
+    assert n >= 8 and n % 2 == 0  # two replicas per poll
+    assert poller._thread is not None and not poller._thread.is_alive()
+    time.sleep(0.2)
+    assert len(poller.samples) == n
+    assert mean_accept_length(poller.samples) == 3.0 and on_fraction(poller.samples) == 1.0
+    assert all(s.running == 0 and s.waiting == 0 for s in poller.samples)
+
+
+def test_app_without_specflip_api(standin: Callable[..., str]) -> None:
+    url = standin(mode="adaptive")
+    client = SpecflipClient(url, TOKEN)
+    assert client.status() is None
+    with StatusPoller(client, interval=0.05) as poller:
+        time.sleep(0.2)
+    assert not poller.available and poller.samples == [] and mean_accept_length(poller.samples) is None
+    app = ExternalApp(url, TOKEN, log=lambda _: None)
+    assert not app.supports(Variant.ADAPTIVE) and app.supports(Variant.ON)
+    with pytest.raises(LauncherError, match="--launch-cmd"):
+        app.start(Variant.ADAPTIVE)
+    with pytest.raises(ControlError, match="404"):
+        app.start(Variant.ON)
+
+
+def test_external_app_switches_by_override_and_restores_what_it_found(standin: Callable[..., str]) -> None:
+    url = standin()
+    client = SpecflipClient(url, TOKEN)
+    client.override("on", replica_id="r1")  # an operator had pinned r1 before the sweep
+    logs: list[str] = []
+    app = ExternalApp(url, TOKEN, log=logs.append)
+    assert app.start(Variant.OFF) == url
+    assert {s.override for s in client.status() or []} == {"off"}
+    assert app.start(Variant.DYNAMIC) == url
+    assert {s.override for s in client.status() or []} == {"auto"}
+    app.stop()
+    assert {s.replica_id: s.override for s in client.status() or []} == {"r0": "auto", "r1": "on"}
+    assert logs == [
+        "[launch] variant=off override=off for all replicas",
+        "[launch] variant=dynamic override=auto for all replicas",
+    ]
+
+
+def test_variant_configs_replace_paths_only() -> None:
+    specs = parse_variant_configs(["adaptive=/cfg/adaptive 2.yaml", " on = a.yaml"])
+    assert specs[Variant.ADAPTIVE] == VariantSpec(
+        Variant.ADAPTIVE, "/cfg/adaptive 2.yaml", None, DEFAULT_SPECS[Variant.ADAPTIVE].label
+    )
+    assert specs[Variant.ON].config == "a.yaml" and specs[Variant.ON].override == "on"
+    assert specs[Variant.OFF] == DEFAULT_SPECS[Variant.OFF]
+    for bad in (["fast=x"], ["on"], ["on="]):
+        with pytest.raises(LauncherError):
+            parse_variant_configs(bad)
+
+
+def test_command_template_substitution_quotes_the_config() -> None:
+    launcher = CommandLauncher("serve --config {config} --port {port} --tag {variant} --json '{\"a\": 1}'")
+    spec = replace_config(Variant.DYNAMIC, "my cfg.yaml")
+    assert (
+        launcher.command(spec, 8123)
+        == "serve --config 'my cfg.yaml' --port 8123 --tag dynamic --json '{\"a\": 1}'"
+    )
+
+
+def replace_config(v: Variant, config: str) -> VariantSpec:
+    return VariantSpec(v, config, DEFAULT_SPECS[v].override, DEFAULT_SPECS[v].label)
+
+
+SPECS = {v: replace_config(v, "adaptive" if v is Variant.ADAPTIVE else "dynamic") for v in Variant}
+
+
+def _refused(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_command_launcher_starts_reuses_restarts_and_kills_the_group(tmp_path: Path) -> None:
+    template = (
+        f"{shlex.quote(sys.executable)} {shlex.quote(str(STANDIN))} --port {{port}} --mode {{config}} "
+        f"--token {TOKEN} --startup-delay 1.2"
+    )
+    logs: list[str] = []
+    launcher = CommandLauncher(
+        template, token=TOKEN, specs=SPECS, log_dir=tmp_path, log=logs.append, progress_every=0.5
+    )
+    try:
+        url = launcher.start(Variant.ON)
+        assert launcher.proc is not None
+        first_pid = launcher.proc.pid
+        assert any("waiting for" in line and "/v1/models" in line for line in logs)  # progress while starting
+        assert any(line.startswith("[launch] variant=on ready at") for line in logs)
+        assert {s.mode for s in SpecflipClient(url, TOKEN).status() or []} == {"on"}
+
+        assert launcher.start(Variant.DYNAMIC) == url  # same config: same process, override only
+        assert launcher.proc.pid == first_pid
+        assert {s.override for s in SpecflipClient(url, TOKEN).status() or []} == {"auto"}
+
+        url2 = launcher.start(Variant.ADAPTIVE)  # other config: restart
+        assert launcher.proc.pid != first_pid and not process_group_alive(first_pid) and _refused(url)
+        assert SpecflipClient(url2, TOKEN).status() is None  # the adaptive stand-in has no specflip API
+        pid2 = launcher.proc.pid
+    finally:
+        launcher.stop()
+    assert not process_group_alive(pid2) and _refused(url2)
+    assert (tmp_path / "launch-adaptive.log").read_text().startswith("standin listening on")
+
+
+def test_command_launcher_reports_an_early_exit_with_the_log_tail(tmp_path: Path) -> None:
+    launcher = CommandLauncher(
+        "echo booting; echo 'bad config {config}'; exit 3",
+        specs=SPECS,
+        token=TOKEN,
+        log_dir=tmp_path,
+        log=lambda _: None,
+    )
+    with pytest.raises(LauncherError, match=r"exited with code 3(.|\n)*bad config dynamic"):
+        launcher.start(Variant.DYNAMIC)
+
+
+def test_command_launcher_times_out_and_kills(tmp_path: Path) -> None:
+    launcher = CommandLauncher(
+        "sleep 60", specs=SPECS, token=TOKEN, ready_timeout=1.0, log_dir=tmp_path, log=lambda _: None
+    )
+    with pytest.raises(LauncherError, match="did not answer within 1s"):
+        launcher.start(Variant.ON)
+    assert launcher.proc is None
+
+
+def test_override_variants_need_a_token() -> None:
+    with pytest.raises(LauncherError, match="token"):
+        CommandLauncher("true", specs=SPECS).start(Variant.OFF)
