@@ -74,7 +74,7 @@ def cpu_engine_kwargs(model_path: str, draft_path: str | None, *, steps: int = 3
     """Engine keywords that run the real engine on CPU (fp32, eager, the shim's attention backend)."""
     kw = dict(model_path=model_path, device="cpu", dtype="float32", disable_cuda_graph=True,
               max_total_tokens=max_total_tokens, skip_server_warmup=True, log_level="error",
-              attention_backend="torch_native")
+              attention_backend="torch_native", sleep_on_idle=True)  # an idle scheduler must not spin a core
     if draft_path:
         from patched_worker.cpu.shim import keep_intel_amx_backend
 

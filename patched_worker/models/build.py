@@ -30,6 +30,8 @@ class PairSpec:
     target_batch: int = 8
     target_seq: int = 256
     target_lr: float = 4e-3
+    unlikelihood: float = 1.0  # token-level unlikelihood weight: keeps greedy outputs out of short loops
+    ul_window: int = 64
     distill_prompts: int = 768
     distill_prompt_len: int = 32
     distill_new_tokens: int = 96
@@ -88,7 +90,8 @@ def build_pair(out: str, spec: PairSpec = PairSpec(), log: Callable[[str], None]
     cfg = target.target_config(tok, spec.hidden, spec.layers, spec.intermediate, spec.heads, spec.kv_heads)
     model = LlamaForCausalLM(cfg).float()
     loss = target.train_target(model, stream, steps=spec.target_steps, batch=spec.target_batch,
-                               seq=spec.target_seq, lr=spec.target_lr, seed=spec.seed, log=log)
+                               seq=spec.target_seq, lr=spec.target_lr, seed=spec.seed, log=log,
+                               unlikelihood=spec.unlikelihood, ul_window=spec.ul_window)
     tmp = out + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tpaths = pair_paths(tmp)
