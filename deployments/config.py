@@ -310,21 +310,31 @@ class SpecFlipConfig(_Frozen):
             raise ConfigError(f"{source}: {where}: {msg}{more}") from None
 
 
-def _resolve_model_paths(data: dict[str, Any], base: str) -> dict[str, Any]:
-    """Relative model paths in a file are relative to the file (replicas run in other directories)."""
-    model = data.get("model")
-    if not isinstance(model, dict):
-        return data
-    resolved = dict(model)
-    for key in ("path", "draft_path", "tokenizer_path"):
-        value = resolved.get(key)
+def _relative_to(base: str, holder: Any, keys: tuple[str, ...]) -> Any:
+    if not isinstance(holder, dict):
+        return holder
+    out = dict(holder)
+    for key in keys:
+        value = out.get(key)
         if isinstance(value, str) and value and not os.path.isabs(value) and "://" not in value:
-            resolved[key] = os.path.normpath(os.path.join(base, value))
-    return {**data, "model": resolved}
+            out[key] = os.path.normpath(os.path.join(base, value))
+    return out
+
+
+def _resolve_paths(data: dict[str, Any], base: str) -> dict[str, Any]:
+    """Relative file paths in a config file are relative to the file (replicas run elsewhere)."""
+    out = dict(data)
+    if "model" in data:
+        out["model"] = _relative_to(base, data["model"], ("path", "draft_path", "tokenizer_path"))
+    engine = data.get("engine")
+    if isinstance(engine, dict) and isinstance(engine.get("extra"), dict):
+        extra = _relative_to(base, engine["extra"], ("speculative_adaptive_config",))
+        out["engine"] = {**engine, "extra": extra}
+    return out
 
 
 def load_config(path: str) -> SpecFlipConfig:
-    """Read a YAML file into a validated config; relative model paths are taken from the file's folder."""
+    """Read a YAML file into a validated config; relative file paths are taken from the file's folder."""
     try:
         with open(path) as f:
             data = yaml.safe_load(f) or {}
@@ -334,5 +344,5 @@ def load_config(path: str) -> SpecFlipConfig:
         raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    data = _resolve_model_paths(data, os.path.dirname(os.path.abspath(path)))
+    data = _resolve_paths(data, os.path.dirname(os.path.abspath(path)))
     return SpecFlipConfig.parse(data, source=path)

@@ -68,11 +68,11 @@ class VariantSpec:
 
 # The lead wires the real config files; `--variant-config VARIANT=PATH` replaces a path.
 DEFAULT_SPECS: Mapping[Variant, VariantSpec] = {
-    Variant.ON: VariantSpec(Variant.ON, "configs/specflip.yaml", "on", "speculation always ON"),
-    Variant.OFF: VariantSpec(Variant.OFF, "configs/specflip.yaml", "off", "speculation always OFF"),
-    Variant.DYNAMIC: VariantSpec(Variant.DYNAMIC, "configs/specflip.yaml", "auto", "specflip dynamic policy"),
+    Variant.ON: VariantSpec(Variant.ON, "deployments/examples/cpu-tiny.yaml", "on", "speculation always ON"),
+    Variant.OFF: VariantSpec(Variant.OFF, "deployments/examples/cpu-tiny.yaml", "off", "speculation always OFF"),
+    Variant.DYNAMIC: VariantSpec(Variant.DYNAMIC, "deployments/examples/cpu-tiny.yaml", "auto", "specflip dynamic policy"),
     Variant.ADAPTIVE: VariantSpec(
-        Variant.ADAPTIVE, "configs/adaptive.yaml", None, "SGLang speculative_adaptive (steps [0,1,3])"
+        Variant.ADAPTIVE, "deployments/examples/cpu-tiny-adaptive.yaml", None, "SGLang speculative_adaptive (steps [0,1,3])"
     ),
 }
 

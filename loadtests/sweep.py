@@ -4,7 +4,7 @@
         --concurrency 1,2,4 --duration 20 --out out/bench --variants on,off,dynamic
     python -m loadtests.sweep --launch-cmd 'specflip serve --config {config} --port {port}' \\
         --token T --max-concurrency 64 --variants on,off,dynamic,adaptive \\
-        --variant-config adaptive=configs/adaptive.yaml --out out/bench
+        --variant-config adaptive=deployments/examples/cpu-tiny-adaptive.yaml --out out/bench
 
 For every variant: bring the app up (launcher), one Locust run per concurrency
 (fixed shape: warm-up + measured window), then the transition shape while a

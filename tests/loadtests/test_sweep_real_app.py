@@ -1,15 +1,10 @@
-"""The short CPU sweep against the REAL app (tiny pair, 2 replicas), for the integration.
+"""The short CPU sweep against the REAL app: real Locust, real Ray Serve, 2 CPU replicas of the
+tiny trained pair on the real engine, all four variants (always ON, always OFF, dynamic, SGLang's
+own speculative_adaptive) launched by command, plus the low->high->low transition.
 
-Runs only when the app is wired in; until then it is skipped with the recipe:
-
-    SPECFLIP_E2E_LAUNCH_CMD='specflip serve --config {config} --port {port}' \\
-    SPECFLIP_E2E_CONFIG=configs/cpu-tiny.yaml \\
-    SPECFLIP_E2E_ADAPTIVE_CONFIG=configs/cpu-tiny-adaptive.yaml \\
-    SPECFLIP_E2E_TOKEN=... python -m pytest tests/loadtests/test_sweep_real_app.py -q
-
-(or SPECFLIP_E2E_TARGET=http://127.0.0.1:8000 for an app that is already running;
-adaptive then needs its own launch and is left out). The assertions hold for any
-real app: no stand-in numbers are assumed.
+The configs are deployments/examples/cpu-tiny{,-adaptive}.yaml pointed at the session's model
+pair. SPECFLIP_E2E_TARGET=http://host:port instead sweeps an app that is already running
+(on/off/dynamic through overrides; SPECFLIP_E2E_TOKEN is its control token).
 """
 
 from __future__ import annotations
@@ -18,49 +13,59 @@ import contextlib
 import csv
 import io
 import os
+import sys
 from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
+import yaml
 
 from loadtests.results import read_results_csv
 from loadtests.sweep import main
 
-LAUNCH = os.environ.get("SPECFLIP_E2E_LAUNCH_CMD", "")
+EXAMPLES = Path(__file__).resolve().parents[2] / "deployments" / "examples"
 TARGET = os.environ.get("SPECFLIP_E2E_TARGET", "")
-LEVELS = [int(c) for c in os.environ.get("SPECFLIP_E2E_CONCURRENCY", "1,2").split(",")]
+LEVELS = [int(c) for c in os.environ.get("SPECFLIP_E2E_CONCURRENCY", "1,4").split(",")]
+TOKEN = os.environ.get("SPECFLIP_E2E_TOKEN", "sweep-test-token")
 
-pytestmark = [
-    pytest.mark.serve,
-    pytest.mark.slow,
-    pytest.mark.skipif(not (LAUNCH or TARGET), reason="real app not wired: set SPECFLIP_E2E_LAUNCH_CMD or "
-                       "SPECFLIP_E2E_TARGET (see this file's docstring)"),
-]  # fmt: skip
+pytestmark = [pytest.mark.serve, pytest.mark.slow]
+
+
+def _config_for(pair, example: str, out: Path) -> str:
+    """The example config with the session's model pair and a control token."""
+    data = yaml.safe_load((EXAMPLES / example).read_text())
+    data["model"].update(path=pair.target, draft_path=pair.draft)
+    data.setdefault("serve", {})["control_token"] = TOKEN
+    extra = data.get("engine", {}).get("extra", {})
+    if "speculative_adaptive_config" in extra:
+        extra["speculative_adaptive_config"] = str(EXAMPLES / extra["speculative_adaptive_config"])
+    path = out / example
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], str]:
+def sweep(model_pair, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], str]:
     out = tmp_path_factory.mktemp("real_sweep")
     variants = ["on", "off", "dynamic"]
-    argv = ["--token", os.environ.get("SPECFLIP_E2E_TOKEN", ""), "--out", str(out), "--progress-every", "5",
+    argv = ["--token", TOKEN, "--out", str(out), "--progress-every", "5",
             "--concurrency", ",".join(map(str, LEVELS)), "--duration", os.environ.get("SPECFLIP_E2E_DURATION", "15"),
             "--warmup", "5", "--input-len", "32", "--output-len", "32", "--title", "CPU tiny pair, 2 replicas",
             "--transition", os.environ.get("SPECFLIP_E2E_TRANSITION", "low=1,high=8,low_s=10,high_s=20,tail_s=10"),
             "--transition-variants", "dynamic", "--slo-ttft-ms", "none", "--slo-tpot-ms", "none"]  # fmt: skip
-    if LAUNCH:
-        argv += ["--launch-cmd", LAUNCH]
-        config = os.environ.get("SPECFLIP_E2E_CONFIG", "")
-        for v in variants if config else []:
-            argv += ["--variant-config", f"{v}={config}"]
-        if os.environ.get("SPECFLIP_E2E_ADAPTIVE_CONFIG"):
-            variants.append("adaptive")
-            argv += ["--variant-config", f"adaptive={os.environ['SPECFLIP_E2E_ADAPTIVE_CONFIG']}"]
-    else:
+    if TARGET:
         argv += ["--target", TARGET]
+    else:
+        config = _config_for(model_pair, "cpu-tiny.yaml", out)
+        argv += ["--launch-cmd", f"{sys.executable} -m deployments serve --config {{config}} --port {{port}}"]
+        argv += [f"--variant-config={v}={config}" for v in variants]
+        variants.append("adaptive")
+        argv += [f"--variant-config=adaptive={_config_for(model_pair, 'cpu-tiny-adaptive.yaml', out)}"]
     argv += ["--variants", ",".join(variants)]
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         rc = main(argv)
+    print(buf.getvalue()[-3000:])
     assert rc == 0, buf.getvalue()[-4000:]
     return out, variants, buf.getvalue()
 
