@@ -62,9 +62,6 @@ def engine_kwargs(config: SpecFlipConfig) -> dict[str, Any]:
         )
         if e.attention_backend is not None:
             kw["attention_backend"] = e.attention_backend
-        # an idle scheduler otherwise spins a core at 100%, which on a CPU host is the core the
-        # other replicas (and Serve's own processes) need; it still wakes at once on a request or RPC
-        kw["sleep_on_idle"] = True
     else:
         kw = dict(
             model_path=m.path,

@@ -146,6 +146,7 @@ class SpeculationLoop:
         # a switch lands at the next decode step: an idle engine already runs the requested mode
         # for whatever comes next, a busy one the mode in effect
         on = state.requested if state.running + state.waiting == 0 else state.enabled
+        tok_s, batch = _decode_rate(self.last_state, state)
         return Observation(
             self.replica_id,
             running=state.running,
@@ -153,8 +154,8 @@ class SpeculationLoop:
             mode=SpecMode.ON if on else SpecMode.OFF,
             patched=state.patched,
             accept_length=state.accept_length_ema,
-            # decode_tok_s stays None: the goodput fit wants decode-step time only, and the engine's
-            # state has no per-step durations yet (the rule then uses its priors)
+            decode_tok_s=tok_s,
+            decode_batch=batch,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -169,3 +170,15 @@ class SpeculationLoop:
             "applied_flips": self.applied_flips,
             "last_error": self.last_error,
         }
+
+
+def _decode_rate(before: SpeculationState | None, now: SpeculationState) -> tuple[float | None, float | None]:
+    """Output tok/s over decode-step time since the last tick, and the mean batch of those steps."""
+    if before is None or now.decode_steps <= before.decode_steps:
+        return None, None
+    seconds = now.decode_seconds - before.decode_seconds
+    steps = now.decode_steps - before.decode_steps
+    if seconds <= 0:
+        return None, None
+    tokens = now.decode_tokens - before.decode_tokens
+    return tokens / seconds, (now.decode_requests - before.decode_requests) / steps

@@ -63,6 +63,7 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
     @functools.wraps(upstream_forward)
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+            switch_of(self).note_prefill()
             return upstream_forward(self, batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
         return switch_of(self).decode_step(functools.partial(upstream_forward, self), batch, on_publish,
                                            grammar_barrier)

@@ -57,6 +57,11 @@ class SpeculationState:
     off_cuda_graphs: bool = False  # OFF steps replay plain DECODE CUDA graphs
     off_cuda_graphs_note: str = ""  # why not, when they do not
     last_resync_ms: float | None = None  # duration of the last decode-mode draft resync
+    # cumulative decode-step counters: tokens committed, seconds spent, steps, requests summed over steps
+    decode_tokens: int = 0
+    decode_seconds: float = 0.0
+    decode_steps: int = 0
+    decode_requests: int = 0
     # recent decode steps: (step index, mode "on"/"off"/"resync", batch size, mean accept length)
     trace: list[tuple[int, str, int, float]] = field(default_factory=list)
 

@@ -25,6 +25,9 @@ from patched_worker.state import SpeculationState, Strategy, SwitchConfig
 __all__ = ["SpecSwitch"]
 
 
+_MAX_STEP_GAP_S = 5.0  # a longer gap between two decode results is an idle period, not a step
+
+
 def _synced_clock() -> float:
     import torch
 
@@ -42,6 +45,12 @@ class SpecSwitch:
         self.toggles = self.on_steps = self.off_steps = self.resyncs = 0
         self.accept_ema: float | None = None
         self.last_resync_ms: float | None = None
+        # decode-step throughput counters (CPU clock between consecutive decode results; a gap that
+        # spans a prefill batch or an idle period is not decode time and is left out)
+        self.decode_tokens = self.decode_steps = self.decode_requests = 0
+        self.decode_seconds = 0.0
+        self._last_result_t: float | None = None
+        self._prefill_since_result = False
         self.plain_decode_graphs = None  # PlainDecodeGraphRunner on CUDA hosts with graphs enabled
         self.plain_decode_graphs_note = "not captured yet"
         self._step = 0
@@ -108,8 +117,19 @@ class SpecSwitch:
         with self._lock:
             self._launched.append((self._step, kind, bs))
 
+    def note_prefill(self) -> None:
+        self._prefill_since_result = True
+
     def on_results(self, correct_drafts_per_req: list[int], batch_size: int) -> None:
         """Called in launch order with each decode result's CPU accept counts."""
+        now = time.perf_counter()
+        gap = None if self._last_result_t is None else now - self._last_result_t
+        if gap is not None and gap < _MAX_STEP_GAP_S and not self._prefill_since_result:
+            self.decode_seconds += gap
+            self.decode_tokens += len(correct_drafts_per_req) + sum(correct_drafts_per_req)
+            self.decode_steps += 1
+            self.decode_requests += len(correct_drafts_per_req)
+        self._last_result_t, self._prefill_since_result = now, False
         with self._lock:
             while self._launched:
                 step, kind, bs = self._launched.popleft()
@@ -134,4 +154,5 @@ class SpecSwitch:
             off_steps=self.off_steps, resyncs=self.resyncs, running=running, waiting=waiting,
             patched=True, sglang_version=version, off_cuda_graphs=self.plain_decode_graphs is not None,
             off_cuda_graphs_note=self.plain_decode_graphs_note, last_resync_ms=self.last_resync_ms,
-            trace=list(self.trace))
+            decode_tokens=self.decode_tokens, decode_seconds=self.decode_seconds, decode_steps=self.decode_steps,
+            decode_requests=self.decode_requests, trace=list(self.trace))

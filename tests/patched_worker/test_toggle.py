@@ -120,6 +120,8 @@ def test_flip_on_an_idle_engine_is_harmless_and_idempotent(engines, prompts, ref
     assert first_mismatch([o["output_ids"] for o in got], reference) is None
     state = engine.get_speculation_state()
     assert state.enabled is False and state.on_steps >= 0
+    # decode-step throughput counters the replica reports to the goodput rule
+    assert state.decode_steps > 0 and state.decode_seconds > 0 and state.decode_tokens >= state.decode_steps
 
 
 def test_flip_while_requests_wait_for_memory(engines, model_pair):

@@ -1,0 +1,32 @@
+"""The README's two fresh-machine commands are the ones CI and users run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## On a fresh machine", 1)[1].split("\n## ", 1)[0]
+    return [b.strip() for b in re.findall(r"```bash\n(.*?)```", section, flags=re.S)]
+
+
+def test_readme_has_exactly_two_setup_commands_demo_and_tests() -> None:
+    commands = _commands()
+    assert len(commands) == 2 and all("\n" not in c for c in commands), commands
+    assert commands[0].endswith("specflip demo")
+    assert commands[1].endswith("python -m pytest")
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    assert _commands()[1] in (ROOT / ".ci" / "run").read_text()
+
+
+def test_demo_command_exists_in_the_cli() -> None:
+    from deployments.cli import build_parser
+
+    args = build_parser().parse_args(["demo"])
+    assert args.command == "demo"
