@@ -39,6 +39,12 @@ def run_off_decode(worker, batch, on_publish, capture_aux: bool, graph_runner=No
         req_pool_indices=batch.req_pool_indices, req_to_token=worker.req_to_token_pool.req_to_token,
         start_offset=committed, batch_size=bs, draft_token_num=1, device=worker.device)
     slots = batch.out_cache_loc
+    new_seq_lens = committed + 1
+    if on_publish is not None:
+        # An OFF step always commits exactly one token, so the lengths are known before the forward.
+        # Publishing now lets the overlap scheduler prepare the next batch while this one runs: the
+        # next iteration's resolve_seq_lens_cpu waits on this fence (upstream publishes at verify end).
+        on_publish(new_seq_lens)
     batch.input_ids = bonus.to(torch.int64)
     batch.forward_mode = ForwardMode.DECODE
     batch.spec_info = None
@@ -67,9 +73,6 @@ def run_off_decode(worker, batch, on_publish, capture_aux: bool, graph_runner=No
     batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum = committed, committed_cpu, committed_sum
     batch.out_cache_loc = slots
     batch.forward_mode = ForwardMode.DECODE
-    new_seq_lens = committed + 1
-    if on_publish is not None:
-        on_publish(new_seq_lens)
 
     accept_lens = torch.ones(bs, dtype=torch.int32, device=committed.device)
     if return_logprob:
