@@ -83,8 +83,6 @@ class SpeculationSettings(_Frozen):
 
 
 _P = PolicyConfig()  # the policy package's defaults are the config's defaults
-# goodput rule with this margin never proposes a flip: `policy.enabled: false` (overrides still apply)
-_NEVER_MARGIN = 1e12
 
 
 class PolicySettings(_Frozen):
@@ -96,7 +94,7 @@ class PolicySettings(_Frozen):
     rule: Rule = Field(
         default=_P.rule,
         description="Decision rule: threshold (hysteresis on load) | goodput (predicted "
-        "tok/s with vs without speculation).",
+        "tok/s with vs without speculation) | hold (never flips; overrides only).",
     )
     load_metric: LoadMetric = Field(
         default=_P.load_metric,
@@ -170,7 +168,7 @@ class PolicySettings(_Frozen):
         if batch_cap is not None:
             kw["batch_cap"] = batch_cap
         if not self.enabled:
-            kw.update(rule=Rule.GOODPUT, goodput_margin=_NEVER_MARGIN, min_on_replicas=0)
+            kw.update(rule=Rule.HOLD, min_on_replicas=0)
         try:
             return PolicyConfig(**kw)
         except ValueError as e:

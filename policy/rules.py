@@ -21,6 +21,7 @@ Rules:
 - GOODPUT: predicted output tok/s ON vs OFF at the replica's batch (load capped at
   `batch_cap`) from a per-replica cost model fitted online (policy.costmodel); flip when
   the other mode is predicted better by more than `goodput_margin`.
+- HOLD: never wants a flip (the policy is off; overrides and min_on_replicas still apply).
 
 Step 1 runs on whole columns (numpy): one read of every observation, a few array
 operations, and Python only for the replicas that flip (1000 replicas in ~1-2 ms).
@@ -91,6 +92,8 @@ def decide(
         gp = goodput_tick(state.fits or FitTable.empty(), rep, load, config)
         ratio = gp.on_tok_s / gp.off_tok_s
         gap = np.where(desired, 1.0 / ratio, ratio) - 1.0 - config.goodput_margin
+    elif config.rule is Rule.HOLD:
+        gap = np.full(n, -np.inf)
     else:
         gap = np.where(desired, load - config.high, config.low - load)
     wish = auto & (gap >= 0.0)

@@ -51,6 +51,7 @@ class Rule(enum.Enum):
 
     THRESHOLD = "threshold"  # hysteresis on queue depth
     GOODPUT = "goodput"  # predicted output tok/s with vs without speculation
+    HOLD = "hold"  # never proposes a flip: replicas keep their mode unless an operator overrides
 
 
 class LoadMetric(enum.Enum):

@@ -15,6 +15,7 @@ from .helpers import obs
 
 ON, OFF = SpecMode.ON, SpecMode.OFF
 HOLD, FLIP, DWELL = Reason.RULE_HOLD, Reason.RULE_FLIP, Reason.DWELL
+FLIPPING_RULES = [Rule.THRESHOLD, Rule.GOODPUT]  # the rules that propose flips (HOLD never does)
 
 
 def drive_one(
@@ -48,6 +49,12 @@ def test_threshold_hysteresis_no_flip_inside_the_band() -> None:
             (8, 100, OFF, FLIP),
         ],
     )
+
+
+def test_hold_rule_never_flips_at_any_load() -> None:
+    config = PolicyConfig(rule=Rule.HOLD, dwell_s=0)
+    drive_one(config, [(0, 0, ON, HOLD), (1, 500, ON, HOLD), (2, 10_000, ON, HOLD)])
+    drive_one(config, [(0, 0, OFF, HOLD), (1, 500, OFF, HOLD)], start=OFF)
 
 
 def test_threshold_dwell_blocks_flips_until_it_elapses() -> None:
@@ -136,7 +143,7 @@ def test_goodput_uses_the_reported_accept_length_else_the_last_one_else_the_defa
     assert fresh.replicas["q"].desired is OFF  # an OFF engine's last EMA beats the default
 
 
-@pytest.mark.parametrize("rule", list(Rule))
+@pytest.mark.parametrize("rule", FLIPPING_RULES)
 def test_fleet_limit_at_most_k_flips_per_tick_biggest_gap_first(rule: Rule) -> None:
     config = PolicyConfig(rule=rule, max_flips_per_tick=2, dwell_s=0)
     loads = {"a": 40, "b": 90, "c": 60, "d": 35, "e": 80}
@@ -202,7 +209,7 @@ def test_min_on_replicas_turns_on_the_least_loaded_when_short() -> None:
     assert state.replicas["d"].reason is HOLD
 
 
-@pytest.mark.parametrize("rule", list(Rule))
+@pytest.mark.parametrize("rule", FLIPPING_RULES)
 def test_override_wins_until_cleared_then_dwell_counts_from_the_override_flip(rule: Rule) -> None:
     config = PolicyConfig(rule=rule, high=32, low=12, dwell_s=10)
     state, mode = PolicyState(), ON
@@ -223,7 +230,7 @@ def test_override_wins_until_cleared_then_dwell_counts_from_the_override_flip(ru
         mode = got.desired
 
 
-@pytest.mark.parametrize("rule", list(Rule))
+@pytest.mark.parametrize("rule", FLIPPING_RULES)
 def test_stale_reports_are_never_acted_on(rule: Rule) -> None:
     config = PolicyConfig(rule=rule, stale_after_s=5, dwell_s=0)
     state = PolicyState()
@@ -241,7 +248,7 @@ def test_stale_reports_are_never_acted_on(rule: Rule) -> None:
     assert [a.enabled for a in actions] == [True]
 
 
-@pytest.mark.parametrize("rule", list(Rule))
+@pytest.mark.parametrize("rule", FLIPPING_RULES)
 def test_unpatched_replicas_are_never_flipped_even_by_override(rule: Rule) -> None:
     config = PolicyConfig(rule=rule, dwell_s=0)
     state = with_override(PolicyState(), "u", Override.FORCE_OFF)
