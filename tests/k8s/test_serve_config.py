@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import importlib.util
 import typing
 from typing import Any
 
@@ -123,19 +122,6 @@ def test_specflip_config_rejects_wrong_args(what: str, path: str, edit: dict[str
         SpecFlipConfig.parse(edited(app_args(), path, **edit))
 
 
-def _has_app_module() -> bool:
-    try:
-        return importlib.util.find_spec("deployments.app") is not None
-    except ImportError:
-        return False
-
-
-@pytest.mark.xfail(
-    not _has_app_module(),
-    strict=True,
-    raises=ModuleNotFoundError,
-    reason="deployments.app (the app builder, branch `deploy`) is not merged yet",
-)
 def test_app_args_build_the_serve_application() -> None:
     """The exact args KubeRay hands to `deployments.app:build_app` build an app (on CPU: building binds, starts nothing)."""
     from ray.serve import Application
