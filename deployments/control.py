@@ -87,8 +87,11 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def status_document(fleet: FleetStatus, *, enabled: bool, actor_name: str) -> dict[str, Any]:
-    """The whole `/specflip/status` JSON."""
+def status_document(
+    fleet: FleetStatus, *, enabled: bool, actor_name: str, expected_replicas: int | None = None
+) -> dict[str, Any]:
+    """The whole `/specflip/status` JSON. expected_replicas: how many the app was deployed with, so
+    a client can tell "up" (all of them reporting) from "answering" (the ingress alone)."""
     cfg = {f.name: _plain(getattr(fleet.config, f.name)) for f in dataclasses.fields(fleet.config)}
     if not enabled:  # the actor runs a never-flipping rule then; show what the operator configured
         cfg.pop("rule", None)
@@ -96,6 +99,7 @@ def status_document(fleet: FleetStatus, *, enabled: bool, actor_name: str) -> di
     ticks = fleet.ticks
     return {
         "replicas": [replica_document(r) for r in sorted(fleet.replicas, key=lambda r: r.replica_id)],
+        "expected_replicas": expected_replicas,
         "policy": {
             "enabled": enabled,
             "actor": actor_name,

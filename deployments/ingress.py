@@ -163,7 +163,10 @@ class SpecFlipIngress(OpenAiIngress):
             )
         return JSONResponse(
             status_document(
-                fleet, enabled=self._config.policy.enabled, actor_name=self._config.policy.actor_name
+                fleet,
+                enabled=self._config.policy.enabled,
+                actor_name=self._config.policy.actor_name,
+                expected_replicas=self._config.replicas.count,
             )
         )
 

@@ -98,6 +98,21 @@ class SpecflipClient:
         now = time.time()
         return [ReplicaSample.from_status(now, d) for d in r.json().get("replicas") or []]
 
+    def fleet_ready(self) -> tuple[bool, str]:
+        """Whether every replica the app was deployed with reports to the policy (an app without
+        the specflip status API counts as ready once it answers), and a note on what is missing.
+        Serve answers /v1/models as soon as the ingress is up; an override sent before the
+        replicas register would miss them."""
+        r = self.session.get(self.urls.url("/specflip/status"), timeout=self.timeout, allow_redirects=False)
+        if r.status_code == 404:
+            return True, "no specflip status API"
+        if r.status_code >= 400:
+            return False, f"/specflip/status answered {r.status_code}"
+        doc = r.json()
+        live = [d for d in doc.get("replicas") or [] if not d.get("stale")]
+        expected = doc.get("expected_replicas") or 1
+        return len(live) >= expected, f"{len(live)}/{expected} replicas reporting"
+
     def override(self, mode: str, replica_id: str = "*") -> None:
         """Set the operator override (`on`, `off` or `auto`) of one replica or all (`*`)."""
         r = self.session.post(

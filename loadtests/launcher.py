@@ -254,25 +254,26 @@ class CommandLauncher:
                     f"the app exited with code {self.proc.returncode} before answering "
                     f"{self.url}/v1/models; last lines of {self._log_path}:\n{self._tail()}"
                 )
+            note = f"waiting for {self.url}/v1/models"
             try:
                 if client.models():
-                    self.log(
-                        f"[launch] variant={spec.variant.value} ready at {self.url} in {time.time() - t0:.0f}s"
-                    )
-                    return
+                    ready, note = client.fleet_ready()
+                    if ready:
+                        self.log(
+                            f"[launch] variant={spec.variant.value} ready at {self.url} in {time.time() - t0:.0f}s"
+                        )
+                        return
             except (requests.RequestException, ValueError):
                 pass
             now = time.time()
             if now - t0 > self.ready_timeout:
                 self.stop()
                 raise LauncherError(
-                    f"{self.url}/v1/models did not answer within {self.ready_timeout:.0f}s; "
+                    f"{self.url} was not ready within {self.ready_timeout:.0f}s ({note}); "
                     f"last lines of {self._log_path}:\n{self._tail()}"
                 )
             if now >= next_note:
-                self.log(
-                    f"[launch] variant={spec.variant.value} waiting for {self.url}/v1/models ({now - t0:.0f}s)"
-                )
+                self.log(f"[launch] variant={spec.variant.value} {note} ({now - t0:.0f}s)")
                 next_note = now + self.progress_every
             time.sleep(0.5)
 

@@ -132,9 +132,20 @@ class Replica:
 class StandinApp:
     """The replicas, the router and the bookkeeping of what was asked of the server."""
 
-    def __init__(self, replicas: int, policy: str, token: str, scale: float, usage: bool, ready_at: float):
+    def __init__(
+        self,
+        replicas: int,
+        policy: str,
+        token: str,
+        scale: float,
+        usage: bool,
+        ready_at: float,
+        registered_at: float | None = None,
+    ):
         self.replicas = [Replica(f"r{i}", policy, scale) for i in range(replicas)]
         self.policy, self.token, self.usage, self.ready_at = policy, token, usage, ready_at
+        # like the real app, the replicas report to the policy a while after /v1/models answers
+        self.registered_at = ready_at if registered_at is None else registered_at
         self.hits: dict[str, int] = {}
         self.connections = 0
         self._rr = itertools.count()
@@ -185,9 +196,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._json(503, {"error": {"message": "starting"}})
             return self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
         if self.path == "/specflip/status" and app.policy != "adaptive":
-            return self._json(
-                200, {"replicas": [r.status() for r in app.replicas], "policy": {"name": app.policy}}
-            )
+            listed = app.replicas if time.time() >= app.registered_at else []
+            doc = {"replicas": [r.status() for r in listed], "expected_replicas": len(app.replicas)}
+            return self._json(200, {**doc, "policy": {"name": app.policy}})
         if self.path == "/metrics":
             lines = [
                 f'specflip_replica_spec_on{{replica="{r.replica_id}"}} {int(r.mode == "on")}'
@@ -224,6 +235,8 @@ class _Handler(BaseHTTPRequestHandler):
         if mode not in ("on", "off", "auto"):
             return self._json(400, {"error": {"message": f"mode must be on, off or auto, got {mode!r}"}})
         hit = [r for r in self.app.replicas if rid in ("*", r.replica_id)]
+        if time.time() < self.app.registered_at:  # as the real ingress: nothing registered yet
+            return self._json(404, {"error": {"message": "no replicas registered with the policy yet"}})
         if not hit:
             return self._json(404, {"error": {"message": f"unknown replica {rid!r}"}})
         for r in hit:
@@ -293,9 +306,11 @@ def serve(
     scale: float = 1.0,
     usage: bool = True,
     startup_delay: float = 0.0,
+    register_delay: float = 0.0,
 ) -> ThreadingHTTPServer:
     """Build the server (call `serve_forever()` on it, or run it in a thread)."""
-    app = StandinApp(replicas, mode, token, scale, usage, time.time() + startup_delay)
+    ready_at = time.time() + startup_delay
+    app = StandinApp(replicas, mode, token, scale, usage, ready_at, ready_at + register_delay)
     handler = type("Handler", (_Handler,), {"app": app})
     server = _QuietServer(("127.0.0.1", port), handler)
     server.daemon_threads = True
@@ -313,8 +328,16 @@ def main(argv: list[str] | None = None) -> None:
         "--no-usage", action="store_true", help="never send a usage chunk (like Ray's SGLangServer)"
     )
     p.add_argument("--startup-delay", type=float, default=0.0, help="answer 503 on /v1/models this long")
+    p.add_argument(
+        "--register-delay",
+        type=float,
+        default=0.0,
+        help="after that, list no replicas in /specflip/status (and 404 an override) this long",
+    )
     a = p.parse_args(argv)
-    server = serve(a.port, a.replicas, a.mode, a.token, a.scale, not a.no_usage, a.startup_delay)
+    server = serve(
+        a.port, a.replicas, a.mode, a.token, a.scale, not a.no_usage, a.startup_delay, a.register_delay
+    )
     print(f"standin listening on http://127.0.0.1:{a.port} mode={a.mode}", flush=True)
     server.serve_forever()
 

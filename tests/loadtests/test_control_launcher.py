@@ -139,7 +139,7 @@ def _refused(url: str) -> bool:
 def test_command_launcher_starts_reuses_restarts_and_kills_the_group(tmp_path: Path) -> None:
     template = (
         f"{shlex.quote(sys.executable)} {shlex.quote(str(STANDIN))} --port {{port}} --mode {{config}} "
-        f"--token {TOKEN} --startup-delay 1.2"
+        f"--token {TOKEN} --startup-delay 1.2 --register-delay 1.0"
     )
     logs: list[str] = []
     launcher = CommandLauncher(
@@ -150,6 +150,8 @@ def test_command_launcher_starts_reuses_restarts_and_kills_the_group(tmp_path: P
         assert launcher.proc is not None
         first_pid = launcher.proc.pid
         assert any("waiting for" in line and "/v1/models" in line for line in logs)  # progress while starting
+        # /v1/models answers before the replicas report: ready waits for them, so the override hits all
+        assert any("0/2 replicas reporting" in line for line in logs)
         assert any(line.startswith("[launch] variant=on ready at") for line in logs)
         assert {s.mode for s in SpecflipClient(url, TOKEN).status() or []} == {"on"}
 
@@ -183,7 +185,7 @@ def test_command_launcher_times_out_and_kills(tmp_path: Path) -> None:
     launcher = CommandLauncher(
         "sleep 60", specs=SPECS, token=TOKEN, ready_timeout=1.0, log_dir=tmp_path, log=lambda _: None
     )
-    with pytest.raises(LauncherError, match="did not answer within 1s"):
+    with pytest.raises(LauncherError, match=r"not ready within 1s \(waiting for http"):
         launcher.start(Variant.ON)
     assert launcher.proc is None
 
