@@ -14,6 +14,7 @@ import threading
 import zmq
 from sglang.srt.entrypoints.engine import Engine
 from sglang.srt.managers.io_struct import RpcReqInput, RpcReqOutput, sock_recv, sock_send
+from sglang.srt.utils import kill_process_tree
 
 from patched_worker.install import run_scheduler_process
 from patched_worker.state import SpeculationState, Strategy, SwitchConfig
@@ -39,6 +40,33 @@ class SpecFlipEngine(Engine):
         self.run_scheduler_process_func = functools.partial(run_scheduler_process, self.switch_config.to_json())
         self._rpc_lock = threading.Lock()
         super().__init__(**engine_kwargs)
+
+    def shutdown(self) -> None:
+        """Stop this engine's own scheduler and detokenizer processes only.
+
+        sglang.Engine.shutdown kills every child of the calling process: with two engines in one
+        process (tests, a host serving two models) that takes the other engine's scheduler down,
+        and its watchdog then SIGQUITs the whole process. Idempotent (it also runs at exit)."""
+        if getattr(self, "_specflip_closed", False):
+            return
+        manager = getattr(self, "tokenizer_manager", None)
+        watchdog = getattr(manager, "_subprocess_watchdog", None)
+        own = list(getattr(watchdog, "_processes", None) or [])
+        if not own:  # not started this far (or a layout we do not know): SGLang's own cleanup
+            super().shutdown()
+            self._specflip_closed = True
+            return
+        watchdog.stop()
+        daemons = getattr(self, "_weight_cache_daemon_procs", None)
+        if daemons:
+            self._terminate_weight_cache_daemons(daemons)
+            self._weight_cache_daemon_procs = []
+        if getattr(self, "send_to_rpc", None) is not None:
+            self.send_to_rpc.close(linger=0)
+            self.send_to_rpc = None
+        for proc in own:
+            kill_process_tree(proc.pid, include_parent=True, wait_timeout=60)
+        self._specflip_closed = True
 
     def _specflip_rpc(self, method: str, **params) -> dict:
         """Collective RPC to every scheduler rank; the JSON result comes back in the reply."""

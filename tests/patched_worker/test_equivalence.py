@@ -53,11 +53,12 @@ def test_eagle3_greedy_equals_plain_batched(engines, prompts, plain_ids, topk, s
     assert accepted / verifies > 1.8, f"the trained draft should be accepted: {accepted / verifies:.2f}"
 
 
-def test_broken_verify_is_caught(model_pair, prompts, plain_ids):
+def test_broken_verify_is_caught(engines, model_pair, prompts, plain_ids):
     """FAILURE INJECTION: a verify that accepts every draft must make the comparison fail."""
     from patched_worker.cpu.ops import FAULT_ENV
     from patched_worker.engine import SpecFlipEngine, cpu_engine_kwargs
 
+    shared = engines.spec(1, 3, 4)  # running in this process while the broken one starts and stops
     os.environ[FAULT_ENV] = "accept_all_drafts"  # read by the ops in the spawned scheduler
     try:
         engine = SpecFlipEngine(**cpu_engine_kwargs(model_pair.target, model_pair.draft))
@@ -67,6 +68,9 @@ def test_broken_verify_is_caught(model_pair, prompts, plain_ids):
         outs = engine.generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
     finally:
         engine.shutdown()
+    # its shutdown stopped only its own processes: the engines shared by the session still answer
+    again = shared.generate(input_ids=prompts[:2], sampling_params=greedy(NEW_TOKENS))
+    assert [o["output_ids"] for o in again] == plain_ids[:2]
     ids = [o["output_ids"] for o in outs]
     differing = sum(a != b for a, b in zip(ids, plain_ids, strict=True))
     assert first_mismatch(ids, plain_ids) is not None
