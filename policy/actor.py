@@ -186,6 +186,7 @@ class PolicyClient:
         self._mode: SpecMode | None = None
         self._mode_since: float | None = None  # when the engine last changed mode (None: not seen)
         self._local: PolicyState | None = None
+        self._override = Override.AUTO  # the operator override the actor last answered with
 
     @property
     def state(self) -> ClientState:
@@ -226,12 +227,14 @@ class PolicyClient:
         age = obs.mode_age_s
         if age is None and self._mode_since is not None:
             age = now - self._mode_since
-        return replace(obs, reported_at=now, mode_age_s=age)
+        override = obs.override if obs.override is not None else self._override
+        return replace(obs, reported_at=now, mode_age_s=age, override=override)
 
     def _answered(self, decision: Decision) -> ClientDecision:
         if self._source is not DecisionSource.ACTOR:
             log.warning("policy actor reachable again after %d failed reports", self._failures)
         self._failures, self._source, self._local = 0, DecisionSource.ACTOR, None
+        self._override = decision.override
         self._set_desired(decision.desired)
         return ClientDecision(decision.desired, DecisionSource.ACTOR, decision.reason, decision.overridden, 0)
 
@@ -244,13 +247,22 @@ class PolicyClient:
             desired = self._desired if self._desired is not None else obs.mode
             self._set_desired(desired)
             why = f"policy actor unreachable ({self._last_error}); keeping its last answer"
-            return ClientDecision(desired, DecisionSource.ACTOR_CACHED, why, False, self._failures)
+            overridden = self._override is not Override.AUTO
+            return ClientDecision(desired, DecisionSource.ACTOR_CACHED, why, overridden, self._failures)
         if self._source is not DecisionSource.LOCAL_FALLBACK:
             log.warning("policy actor unreachable for %d reports: deciding locally", self._failures)
         self._source = DecisionSource.LOCAL_FALLBACK
         return self._decide_locally(obs)
 
     def _decide_locally(self, obs: Observation) -> ClientDecision:
+        if self._override is not Override.AUTO:  # the operator's word outlives the actor
+            desired = SpecMode.ON if self._override is Override.FORCE_ON else SpecMode.OFF
+            self._set_desired(desired)
+            why = (
+                f"local fallback after {self._failures} failed reports ({self._last_error}): "
+                f"operator override {self._override.value} kept"
+            )
+            return ClientDecision(desired, DecisionSource.LOCAL_FALLBACK, why, True, self._failures)
         if self._local is None:  # start from what the actor last wanted, dwell included
             start = self._desired if self._desired is not None else obs.mode
             last_flip = self._desired_since if self._desired_since is not None else self._mode_since

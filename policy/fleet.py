@@ -58,23 +58,30 @@ class FleetView:
     def report(self, obs: Observation, now: float) -> Decision:
         """Register (first time) or refresh a replica; answer with its desired mode as of the last tick.
 
-        The report is re-stamped with `now`: replica clocks are not comparable.
+        The report is re-stamped with `now`: replica clocks are not comparable. A replica this view
+        does not know that reports an operator override (this actor restarted, or the replica
+        expired) gets it back: overrides live in the actor's memory, and the replica carries a copy.
         """
-        self._latest[obs.replica_id] = replace(obs, reported_at=now)
+        rid = obs.replica_id
+        if rid not in self._latest and obs.override not in (None, Override.AUTO) and rid not in self._state.overrides:
+            assert obs.override is not None
+            self._state = with_override(self._state, rid, obs.override)
+        self._latest[rid] = replace(obs, reported_at=now)
         return self.decision(obs.replica_id)
 
     def decision(self, replica_id: str) -> Decision:
         obs = self._latest.get(replica_id)
         if obs is None:
             raise UnknownReplicaError(self._unknown(replica_id))
-        overridden = replica_id in self._state.overrides
+        override = self._state.overrides.get(replica_id, Override.AUTO)
+        overridden = override is not Override.AUTO
         rs = self._state.replica(replica_id)
         if rs is None:  # registered since the last tick: keep what it runs
-            return Decision(replica_id, obs.mode, Reason.NEW.value, overridden, 0)
+            return Decision(replica_id, obs.mode, Reason.NEW.value, overridden, 0, override)
         # until the replica has applied a flip, keep telling it why (later ticks say "rule keeps the mode")
         explain = rs.reason in _EXPLAINED or obs.mode is not rs.desired
         reason = self._why.get(replica_id, rs.reason.value) if explain else rs.reason.value
-        return Decision(replica_id, rs.desired, reason, overridden, self._state.tick)
+        return Decision(replica_id, rs.desired, reason, overridden, self._state.tick, override)
 
     def set_override(self, replica_id: str, override: Override) -> None:
         """Takes effect at the next tick; AUTO clears it."""

@@ -111,6 +111,9 @@ class Observation:
     mode_age_s: float | None = (
         None  # seconds since the engine last changed mode; rebuilds dwell after an actor restart
     )
+    # the operator override the actor last answered with (PolicyClient fills it in): an actor
+    # that does not know the replica (restarted, or the replica expired) takes it back
+    override: Override | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,7 @@ class Decision:
     reason: str
     overridden: bool  # an operator override decides this replica
     tick: int  # the actor tick that produced it; 0 = registered, not yet decided
+    override: Override = Override.AUTO  # the override in force (the client reports it back)
 
 
 @dataclass(frozen=True, slots=True)

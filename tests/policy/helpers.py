@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policy.types import Observation, SpecMode
+from policy.types import Observation, Override, SpecMode
 
 __all__ = ["obs"]
 
@@ -18,6 +18,7 @@ def obs(
     waiting: int = 0,
     tok_s: float | None = None,
     mode_age_s: float | None = None,
+    override: Override | None = None,
 ) -> Observation:
     """An observation whose `running` is `load` (plus `waiting` queued)."""
     return Observation(
@@ -30,4 +31,5 @@ def obs(
         decode_tok_s=tok_s,
         reported_at=at,
         mode_age_s=mode_age_s,
+        override=override,
     )

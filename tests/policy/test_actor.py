@@ -191,3 +191,34 @@ def test_killed_actor_clients_fall_back_locally_then_the_restarted_actor_resumes
         sync_client.state.source is DecisionSource.ACTOR and async_client.state.source is DecisionSource.ACTOR
     )
     ray.kill(actor)
+
+
+def test_an_operator_override_outlives_an_actor_restart(ray_cluster: None) -> None:
+    """Overrides live in the actor's memory; the replica carries a copy and brings it back."""
+    name = _name()
+    actor = get_or_create_policy_actor(name, CONFIG, namespace=NS, actor_cls=SlowRestartPolicy)
+    client = PolicyClient("r", name, CONFIG, namespace=NS, fail_after=2, timeout_s=0.3)
+    mode = ON
+
+    def tick() -> ClientDecision:
+        nonlocal mode
+        d = client.report(_obs("r", 0, mode))  # idle: the rule alone would keep it ON
+        mode = d.desired
+        return d
+
+    tick()
+    ray.get(actor.set_override.remote("r", Override.FORCE_OFF))
+    _until(lambda: tick().desired is OFF, 30)
+
+    ray.kill(actor, no_restart=False)
+    _until(lambda: tick().source is DecisionSource.LOCAL_FALLBACK, 30, every_s=0.05)
+    local = tick()
+    assert (local.desired, local.overridden) == (OFF, True) and "override off kept" in local.reason
+
+    _until(lambda: tick().source is DecisionSource.ACTOR, 60, every_s=0.2)
+    ray.get(actor.tick_now.remote())
+    back = tick()
+    assert (back.desired, back.overridden) == (OFF, True)
+    status = ray.get(actor.status.remote())
+    assert status.restarted and status.replicas[0].override is Override.FORCE_OFF
+    ray.kill(actor)

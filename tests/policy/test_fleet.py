@@ -69,6 +69,29 @@ def test_override_takes_effect_at_the_next_tick_and_auto_clears_it() -> None:
     assert (d.desired, d.overridden) == (ON, False)  # load 0 <= low: the rule is back
 
 
+def test_a_view_that_does_not_know_the_replica_takes_back_the_override_it_carries() -> None:
+    fleet = FleetView(CONFIG)
+    fleet.report(obs("a", 0, at=0), now=0)
+    fleet.set_override("a", Override.FORCE_OFF)
+    fleet.tick(now=1)
+    answer = fleet.report(obs("a", 0, at=0, mode=OFF), now=1.5)
+    assert answer.override is Override.FORCE_OFF  # what the client will carry
+
+    restarted = FleetView(CONFIG, restarted=True)  # the actor's memory is gone
+    d = restarted.report(obs("a", 0, at=0, mode=OFF, override=answer.override), now=2)
+    assert (d.overridden, d.override) == (True, Override.FORCE_OFF)
+    restarted.tick(now=3)
+    d = restarted.report(obs("a", 0, at=0, mode=OFF, override=Override.FORCE_OFF), now=3.5)
+    assert (d.desired, d.overridden) == (OFF, True)  # load 0 would turn it ON without the override
+    assert restarted.status(now=3.5).replicas[0].override is Override.FORCE_OFF
+
+    # a known replica still carrying an override the operator has since cleared does not restore it
+    restarted.set_override("a", Override.AUTO)
+    restarted.tick(now=4)
+    d = restarted.report(obs("a", 0, at=0, mode=OFF, override=Override.FORCE_OFF), now=4.5)
+    assert (d.desired, d.overridden, d.override) == (ON, False, Override.AUTO)
+
+
 def test_status_reports_every_replica_and_the_tick_stats() -> None:
     fleet = FleetView(CONFIG, started_at=100.0)
     fleet.report(obs("a", 40, at=0, waiting=4), now=100)
