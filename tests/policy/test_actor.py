@@ -37,7 +37,6 @@ def ray_cluster() -> Iterator[None]:
     # Workers must import this worktree's `policy` (and this test module), not an installed copy.
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-        mp.setenv("RAY_AUTH_MODE", "disabled")
         ray.init(num_cpus=2, include_dashboard=False, namespace=NS, log_to_driver=False)
         try:
             yield
