@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -105,6 +106,10 @@ def run_local(
     # and restarts it until serve.start gives up (local instances only: a cluster has its own env)
     os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "30")
     _init_ray(num_cpus)
+    # Ray sets this driver's root logger to INFO (JSON lines): keep the HTTP clients of the
+    # status poller and the demo's load from printing a line per request
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         serve.start(http_options={"host": host, "port": port})
         log(
