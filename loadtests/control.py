@@ -91,24 +91,28 @@ class SpecflipClient:
 
     def status(self) -> list[ReplicaSample] | None:
         """Replica states now, or None when the app has no specflip status API (404)."""
+        doc = self._status_document()
+        if doc is None:
+            return None
+        now = time.time()
+        return [ReplicaSample.from_status(now, d) for d in doc.get("replicas") or []]
+
+    def _status_document(self) -> dict[str, Any] | None:
+        """The `/specflip/status` JSON, or None when the app has none (404)."""
         r = self.session.get(self.urls.url("/specflip/status"), timeout=self.timeout, allow_redirects=False)
         if r.status_code == 404:
             return None
         r.raise_for_status()
-        now = time.time()
-        return [ReplicaSample.from_status(now, d) for d in r.json().get("replicas") or []]
+        return r.json()
 
     def fleet_ready(self) -> tuple[bool, str]:
         """Whether every replica the app was deployed with reports to the policy (an app without
         the specflip status API counts as ready once it answers), and a note on what is missing.
         Serve answers /v1/models as soon as the ingress is up; an override sent before the
         replicas register would miss them."""
-        r = self.session.get(self.urls.url("/specflip/status"), timeout=self.timeout, allow_redirects=False)
-        if r.status_code == 404:
+        doc = self._status_document()
+        if doc is None:
             return True, "no specflip status API"
-        if r.status_code >= 400:
-            return False, f"/specflip/status answered {r.status_code}"
-        doc = r.json()
         live = [d for d in doc.get("replicas") or [] if not d.get("stale")]
         expected = doc.get("expected_replicas") or 1
         return len(live) >= expected, f"{len(live)}/{expected} replicas reporting"

@@ -257,6 +257,7 @@ class CommandLauncher:
             note = f"waiting for {self.url}/v1/models"
             try:
                 if client.models():
+                    note = f"waiting for {self.url}/specflip/status"
                     ready, note = client.fleet_ready()
                     if ready:
                         self.log(

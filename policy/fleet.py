@@ -63,9 +63,10 @@ class FleetView:
         expired) gets it back: overrides live in the actor's memory, and the replica carries a copy.
         """
         rid = obs.replica_id
-        if rid not in self._latest and obs.override not in (None, Override.AUTO) and rid not in self._state.overrides:
-            assert obs.override is not None
-            self._state = with_override(self._state, rid, obs.override)
+        carried = obs.override
+        unknown = rid not in self._latest and rid not in self._state.overrides
+        if unknown and carried is not None and carried is not Override.AUTO:
+            self._state = with_override(self._state, rid, carried)
         self._latest[rid] = replace(obs, reported_at=now)
         return self.decision(obs.replica_id)
 
@@ -74,14 +75,13 @@ class FleetView:
         if obs is None:
             raise UnknownReplicaError(self._unknown(replica_id))
         override = self._state.overrides.get(replica_id, Override.AUTO)
-        overridden = override is not Override.AUTO
         rs = self._state.replica(replica_id)
         if rs is None:  # registered since the last tick: keep what it runs
-            return Decision(replica_id, obs.mode, Reason.NEW.value, overridden, 0, override)
+            return Decision(replica_id, obs.mode, Reason.NEW.value, 0, override)
         # until the replica has applied a flip, keep telling it why (later ticks say "rule keeps the mode")
         explain = rs.reason in _EXPLAINED or obs.mode is not rs.desired
         reason = self._why.get(replica_id, rs.reason.value) if explain else rs.reason.value
-        return Decision(replica_id, rs.desired, reason, overridden, self._state.tick, override)
+        return Decision(replica_id, rs.desired, reason, self._state.tick, override)
 
     def set_override(self, replica_id: str, override: Override) -> None:
         """Takes effect at the next tick; AUTO clears it."""

@@ -132,9 +132,13 @@ class Decision:
     replica_id: str
     desired: SpecMode
     reason: str
-    overridden: bool  # an operator override decides this replica
     tick: int  # the actor tick that produced it; 0 = registered, not yet decided
     override: Override = Override.AUTO  # the override in force (the client reports it back)
+
+    @property
+    def overridden(self) -> bool:
+        """An operator override decides this replica."""
+        return self.override is not Override.AUTO
 
 
 @dataclass(frozen=True, slots=True)
