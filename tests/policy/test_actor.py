@@ -205,7 +205,9 @@ def test_an_operator_override_outlives_an_actor_restart(ray_cluster: None) -> No
         mode = d.desired
         return d
 
-    tick()
+    # The first report may outlive the client's 0.3 s timeout while the new actor starts (CI did);
+    # the override needs the replica registered, so wait for an answer from the actor itself.
+    _until(lambda: tick().source is DecisionSource.ACTOR, 30)
     ray.get(actor.set_override.remote("r", Override.FORCE_OFF))
     _until(lambda: tick().desired is OFF, 30)
 
