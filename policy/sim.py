@@ -4,8 +4,9 @@ Each replica is a continuous-batching engine (policy.sim_model.EngineModel): whe
 wait and the batch has room it runs one prefill step for them (first token at its end),
 otherwise one decode step for the whole running batch, where every request gains one
 token (OFF) or `accept_length` tokens (ON). A desired mode is applied at the next step
-boundary (re-enabling adds one draft forward). Requests arrive from a trace and go to
-the replica with the least running + waiting (ties at random).
+boundary (re-enabling adds one draft forward). Requests come from a trace (open-loop
+Poisson arrivals, or closed-loop users: policy.sim_sources) and go to the replica with
+the least running + waiting (ties at random), unless their user is pinned to one.
 
 Policies: ALWAYS_ON, ALWAYS_OFF, or a dynamic rule run exactly as in production: every
 `tick_s` each replica reports an Observation to a `FleetView` (the actor's memory) and
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field, replace
 
 from policy.fleet import FleetView
 from policy.sim_model import EngineModel, default_model
-from policy.sim_trace import Arrival, Trace
+from policy.sim_sources import make_source
+from policy.sim_trace import ClosedLoop, Trace
 from policy.types import Observation, PolicyConfig, Rule, SpecMode
 
 __all__ = ["RequestRecord", "SimConfig", "SimPolicy", "SimResult", "simulate"]
@@ -55,6 +57,7 @@ class RequestRecord:
     prompt_tokens: int
     output_tokens: int
     replica: int = -1
+    user: int = -1  # closed-loop traces: who sent it
     first_token: float | None = None
     done: float | None = None
 
@@ -72,7 +75,7 @@ class RequestRecord:
 @dataclass(frozen=True)
 class SimResult:
     policy: SimPolicy
-    trace: Trace
+    trace: Trace | ClosedLoop
     replicas: int
     end_s: float
     records: tuple[RequestRecord, ...]
@@ -134,12 +137,15 @@ class _LeastQueue:
 
 
 def simulate(
-    trace: Trace, policy: SimPolicy, model: EngineModel | None = None, config: SimConfig | None = None
+    trace: Trace | ClosedLoop,
+    policy: SimPolicy,
+    model: EngineModel | None = None,
+    config: SimConfig | None = None,
 ) -> SimResult:
     model = model or default_model()
     config = config or SimConfig()
     rng = random.Random(config.seed)
-    arrivals: list[Arrival] = trace.arrivals(config.seed)
+    source = make_source(trace, config.seed, config.replicas, RequestRecord)
     start_mode = _OFF if policy is SimPolicy.ALWAYS_OFF else _ON
     reps = [_Replica(i, start_mode) for i in range(config.replicas)]
     router = _LeastQueue(config.replicas, rng)
@@ -153,7 +159,6 @@ def simulate(
     end = trace.duration_s + config.drain_s
     n_bins = int(end / config.bin_s) + 1
     tokens = [0.0] * n_bins
-    records = [RequestRecord(a.at, a.prompt_tokens, a.output_tokens) for a in arrivals]
     on_fraction: list[tuple[float, float]] = []
     flips: list[tuple[float, int]] = []
     decision_s: list[float] = []
@@ -197,6 +202,7 @@ def simulate(
                 if q.output_tokens <= 1:
                     q.done = t
                     router.move(r.idx, -1)
+                    source.finished(q, t)
                 else:
                     seq += 1
                     heapq.heappush(r.running, (r.g + q.output_tokens - 1, seq, q))
@@ -212,6 +218,7 @@ def simulate(
             produced -= r.g - g_end  # the last step overshoots what the request needed
             q.done = t
             router.move(r.idx, -1)
+            source.finished(q, t)
         credit(t, produced)
         r.decode_tokens += produced
         r.decode_time += duration
@@ -223,10 +230,10 @@ def simulate(
     gc.freeze()
     try:
         step_started = [0.0] * config.replicas
-        next_arrival, next_tick, t = 0, tick_s, 0.0
+        next_tick, t = tick_s, 0.0
         while True:
             t_event = events[0][0] if events else float("inf")
-            t_arrival = arrivals[next_arrival].at if next_arrival < len(arrivals) else float("inf")
+            t_arrival = source.next_at()
             t = min(t_event, t_arrival, next_tick)
             if t > end:
                 break
@@ -238,9 +245,11 @@ def simulate(
                         step_started[r.idx] = t
                 next_tick += tick_s
             elif t == t_arrival:
-                q = records[next_arrival]
-                next_arrival += 1
-                r = reps[router.pick()]
+                taken = source.take(t)
+                if taken is None:  # a closed-loop user starting or stopping
+                    continue
+                q, pinned = taken
+                r = reps[router.pick() if pinned is None else pinned]
                 q.replica = r.idx
                 r.waiting.append(q)
                 router.move(r.idx, +1)
@@ -257,7 +266,7 @@ def simulate(
         gc.unfreeze()
 
     return SimResult(
-        policy, trace, config.replicas, end, tuple(records), tuple(tokens), tuple(on_fraction),
+        policy, trace, config.replicas, end, tuple(source.records), tuple(tokens), tuple(on_fraction),
         tuple(flips), tuple(decision_s), tuple(decision_cpu_s), config.bin_s,
     )  # fmt: skip
 

@@ -1,9 +1,11 @@
 """Per-phase metrics, the markdown table and the plots of simulator runs, and the CLI:
 
-    python -m policy.sim --out docs/                 # low->high->low, 8 replicas
+    python -m policy.sim --out docs/                 # the three scenarios, 8 replicas
     python -m policy.sim --out docs/ --calibration measured.csv
 
-Writes policy_sim.md and policy_sim.png (plus policy_sim_steps.png for the staircase trace).
+Writes policy_sim.md and a PNG per scenario: policy_sim.png (open-loop low->high->low, least
+queue), policy_sim_steps.png (staircase through the crossover), policy_sim_sticky.png
+(closed-loop users pinned to replicas, low->high->low).
 matplotlib is imported only when plotting.
 """
 
@@ -19,7 +21,7 @@ import numpy as np
 
 from policy.sim import SimConfig, SimPolicy, SimResult, simulate
 from policy.sim_model import EngineModel, default_model, load_calibration
-from policy.sim_trace import Phase, Trace, low_high_low
+from policy.sim_trace import ClosedLoop, Phase, Trace, low_high_low, sticky_users
 from policy.types import SpecMode
 
 __all__ = ["PhaseMetrics", "main", "markdown_table", "phase_metrics", "plot", "run_all", "staircase"]
@@ -95,7 +97,7 @@ def _phase_order(metrics: list[PhaseMetrics], phase: str) -> int:
     return [m.phase for m in metrics].index(phase)
 
 
-def run_all(trace: Trace, model: EngineModel, config: SimConfig) -> dict[SimPolicy, SimResult]:
+def run_all(trace: Trace | ClosedLoop, model: EngineModel, config: SimConfig) -> dict[SimPolicy, SimResult]:
     return {p: simulate(trace, p, model, config) for p in SimPolicy}
 
 
@@ -124,12 +126,15 @@ def plot(results: dict[SimPolicy, SimResult], path: Path, title: str) -> None:
     fig, axes = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
     any_result = next(iter(results.values()))
     window = 5.0  # seconds per point
-    offered_t, offered = [], []
-    for _, start, end in any_result.trace.bounds():
-        tok = sum(r.output_tokens for r in any_result.records if start <= r.arrival < end) / (end - start)
-        offered_t += [start, end]
-        offered += [tok, tok]
-    axes[0].plot(offered_t, offered, color="grey", lw=1, ls="-", alpha=0.6, label="offered")
+    if isinstance(
+        any_result.trace, Trace
+    ):  # closed-loop users ask as fast as they are served: no offered line
+        offered_t, offered = [], []
+        for _, start, end in any_result.trace.bounds():
+            tok = sum(r.output_tokens for r in any_result.records if start <= r.arrival < end) / (end - start)
+            offered_t += [start, end]
+            offered += [tok, tok]
+        axes[0].plot(offered_t, offered, color="grey", lw=1, ls="-", alpha=0.6, label="offered")
     for policy, res in results.items():
         style = _STYLE[policy]
         per = max(int(window / res.bin_s), 1)
@@ -161,7 +166,18 @@ def plot(results: dict[SimPolicy, SimResult], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def _verdict(metrics: list[PhaseMetrics]) -> str:
+_EVEN = (
+    "Dynamic policies against the static modes (each static mode loses in one regime; with demand "
+    "spread evenly a dynamic fleet is all-OFF under high load, so it can only match always-off there):"
+)
+_STICKY = (
+    "Dynamic policies against the static modes: under high load the hot replicas run OFF and the "
+    "cold ones stay ON, so the fleet serves more than either static mode; at low load every replica "
+    "is below the crossover and the fleet runs like always-on:"
+)
+
+
+def _verdict(metrics: list[PhaseMetrics], preface: str = _EVEN) -> str:
     """One paragraph: the highest-demand phase on output tok/s, the lowest-demand phases on TPOT."""
     by = {(m.phase, m.policy): m for m in metrics}
     offered = {m.phase: m.offered_tok_s for m in metrics}
@@ -180,12 +196,7 @@ def _verdict(metrics: list[PhaseMetrics]) -> str:
             f"{on.output_tok_s:.0f} always-on ({d.output_tok_s / on.output_tok_s:.2f}x) and {off.output_tok_s:.0f} "
             f"always-off ({d.output_tok_s / off.output_tok_s:.3f}x); at the lowest ({tpot})."
         )
-    return (
-        "Dynamic policies against the static modes (each static mode loses in one regime; a "
-        "dynamic fleet is all-OFF under high load, so it can only match always-off there):\n\n"
-        + "\n".join(lines)
-        + "\n\n"
-    )
+    return preface + "\n\n" + "\n".join(lines) + "\n\n"
 
 
 def _summary(metrics: list[PhaseMetrics]) -> str:
@@ -217,9 +228,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     sections = []
-    for slug, trace, title in (
-        ("", low_high_low(args.replicas, phase_s=args.phase_s), "low -> high -> low"),
-        ("_steps", staircase(args.replicas, step_s=args.phase_s / 2), "staircase through the crossover"),
+    sticky = sticky_users(args.replicas, phase_s=args.phase_s)
+    for slug, trace, title, intro, preface in (
+        ("", low_high_low(args.replicas, phase_s=args.phase_s), "low -> high -> low", "", _EVEN),
+        (
+            "_steps",
+            staircase(args.replicas, step_s=args.phase_s / 2),
+            "staircase through the crossover",
+            "",
+            _EVEN,
+        ),
+        ("_sticky", sticky, "sticky users, low -> high -> low", _sticky_intro(sticky, args), _STICKY),
     ):
         started = time.perf_counter()
         results = run_all(trace, model, config)
@@ -228,8 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         plot(results, png, f"{args.replicas} replicas, {title}")
         decisions = [d for r in results.values() for d in r.decision_s]
         sections.append(
-            f"## {title}\n\n![{title}]({png.name})\n\n{_verdict(metrics)}{markdown_table(metrics)}\n{_summary(metrics)}\n\n"
-            f"Simulated in {time.perf_counter() - started:.1f} s; decide() median "
+            f"## {title}\n\n{intro}![{title}]({png.name})\n\n{_verdict(metrics, preface)}{markdown_table(metrics)}\n"
+            f"{_summary(metrics)}\n\nSimulated in {time.perf_counter() - started:.1f} s; decide() median "
             f"{statistics.median(decisions) * 1e3:.3f} ms per tick at {args.replicas} replicas.\n"
         )
         print(f"{title}: wrote {png}")
@@ -237,6 +256,24 @@ def main(argv: list[str] | None = None) -> int:
     doc.write_text(_header(model, config, args) + "\n" + "\n".join(sections))
     print(f"wrote {doc}")
     return 0
+
+
+def _sticky_intro(trace: ClosedLoop, args: argparse.Namespace) -> str:
+    pins = trace.pinning(args.replicas, args.seed) or []
+    counts = {
+        p.name: [sum(1 for u in range(p.users) if pins[u] == r) for r in range(args.replicas)]
+        for p in trace.phases
+    }
+    shown = "; ".join(f"{name}: {c}" for name, c in counts.items())
+    return (
+        "Closed loop, as Locust runs users: each user sends a request, waits for its last token, "
+        f"thinks {trace.think_s:g} s on average and sends the next, so output tok/s is what the fleet "
+        "manages to serve, not a fixed demand. Each user is pinned to one replica (session affinity, e.g. "
+        "a cache-aware router keeping a tenant's prefix on one replica), replica popularity falling as "
+        f"1/rank: users per replica {shown}. The open-loop scenarios above spread demand evenly, where "
+        "a fleet-wide static mode is already the best one can do at a given load; per-replica flips pay "
+        "off when replicas sit on both sides of the crossover at once.\n\n"
+    )
 
 
 def _header(model: EngineModel, config: SimConfig, args: argparse.Namespace) -> str:

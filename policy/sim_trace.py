@@ -1,11 +1,18 @@
-"""Request arrival traces for the simulator: piecewise-constant Poisson phases. Pure."""
+"""Request traces for the simulator. Pure.
+
+`Trace`: open loop, piecewise-constant Poisson arrivals (requests come whatever the fleet does).
+`ClosedLoop`: Locust-style users, each sending its next request a think time after the last
+one finished, optionally pinned to a replica (session affinity) so replicas see uneven load.
+"""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
-__all__ = ["Arrival", "Phase", "Trace", "low_high_low", "poisson", "steps"]
+__all__ = [
+    "Arrival", "ClosedLoop", "Phase", "Trace", "UserPhase", "low_high_low", "poisson", "steps", "sticky_users",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -46,12 +53,7 @@ class Trace:
         return (self.out_min + self.out_max) / 2
 
     def bounds(self) -> list[tuple[str, float, float]]:
-        """(name, start, end) per phase."""
-        out, t = [], 0.0
-        for p in self.phases:
-            out.append((p.name, t, t + p.duration_s))
-            t += p.duration_s
-        return out
+        return _bounds(self.phases)
 
     def arrivals(self, seed: int) -> list[Arrival]:
         rng = random.Random(seed)
@@ -64,6 +66,94 @@ class Trace:
                 out.append(Arrival(t, self.prompt_tokens, rng.randint(self.out_min, self.out_max)))
                 t += rng.expovariate(phase.rate_rps)
         return out
+
+
+@dataclass(frozen=True)
+class UserPhase:
+    name: str
+    duration_s: float
+    users: int  # users active in the phase (users 0..users-1; the first ones stay across phases)
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """Closed-loop users, as Locust runs them: a user sends a request, waits for its last token,
+    thinks (exponential, mean `think_s`) and sends the next. When a phase has fewer users, the
+    extra ones stop after their request in flight. `replica_weights` pins each user to one
+    replica, drawn once with these weights (session affinity, e.g. a cache-aware router keeping
+    a tenant's prefix on one replica); None routes every request by least queue instead."""
+
+    phases: tuple[UserPhase, ...]
+    think_s: float = 0.5
+    replica_weights: tuple[float, ...] | None = None
+    prompt_tokens: int = 128
+    out_min: int = 64
+    out_max: int = 192
+
+    def __post_init__(self) -> None:
+        if not self.phases or any(p.duration_s <= 0 or p.users < 0 for p in self.phases):
+            raise ValueError("ClosedLoop needs phases with duration > 0 and users >= 0")
+        if self.think_s <= 0 or not 1 <= self.out_min <= self.out_max:
+            raise ValueError("ClosedLoop needs think_s > 0 and 1 <= out_min <= out_max")
+        if self.replica_weights is not None and (
+            not self.replica_weights or min(self.replica_weights) < 0 or sum(self.replica_weights) <= 0
+        ):
+            raise ValueError("replica_weights must be non-negative with a positive sum")
+
+    @property
+    def duration_s(self) -> float:
+        return sum(p.duration_s for p in self.phases)
+
+    @property
+    def mean_output_tokens(self) -> float:
+        return (self.out_min + self.out_max) / 2
+
+    def bounds(self) -> list[tuple[str, float, float]]:
+        return _bounds(self.phases)
+
+    def users_at(self, t: float) -> int:
+        for p, (_, start, end) in zip(self.phases, self.bounds(), strict=True):
+            if start <= t < end:
+                return p.users
+        return 0
+
+    def pinning(self, replicas: int, seed: int) -> list[int] | None:
+        """The replica of each user (None: routed by least queue)."""
+        if self.replica_weights is None:
+            return None
+        if len(self.replica_weights) != replicas:
+            raise ValueError(
+                f"replica_weights has {len(self.replica_weights)} entries for {replicas} replicas"
+            )
+        rng = random.Random(seed ^ 0x5EED)
+        most = max(p.users for p in self.phases)
+        return rng.choices(range(replicas), weights=self.replica_weights, k=most)
+
+
+def _bounds(phases: tuple[Phase, ...] | tuple[UserPhase, ...]) -> list[tuple[str, float, float]]:
+    """(name, start, end) per phase."""
+    out, t = [], 0.0
+    for p in phases:
+        out.append((p.name, t, t + p.duration_s))
+        t += p.duration_s
+    return out
+
+
+def sticky_users(
+    replicas: int, *, low_users: int = 2, high_users: int = 40, phase_s: float = 60.0, skew: float = 1.0
+) -> ClosedLoop:
+    """low -> high -> low in users per replica (on average), each user pinned to a replica whose
+    popularity falls off as 1/rank^skew: the hot replicas saturate while the cold ones still
+    run small batches, the case a per-replica switch exists for."""
+    weights = tuple(1 / (i + 1) ** skew for i in range(replicas))
+    return ClosedLoop(
+        (
+            UserPhase("low", phase_s, replicas * low_users),
+            UserPhase("high", phase_s, replicas * high_users),
+            UserPhase("low again", phase_s, replicas * low_users),
+        ),
+        replica_weights=weights,
+    )
 
 
 def poisson(rate_rps: float, duration_s: float) -> Trace:

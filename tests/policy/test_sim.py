@@ -1,9 +1,12 @@
 """The fleet simulator: its engine model matches the numbers it was calibrated to, it
-conserves requests and tokens, and on a low->high->low trace the dynamic policies get
-the best of both static modes (a short run on a small fleet)."""
+conserves requests and tokens, closed-loop users behave like Locust users, and on
+low->high->low traces the dynamic policies get the best of both static modes (evenly
+spread open-loop demand) or beat both (closed-loop users pinned to replicas); short runs
+on a small fleet."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -13,7 +16,7 @@ import pytest
 from policy.sim import SimConfig, SimPolicy, _LeastQueue, simulate
 from policy.sim_model import default_model, load_calibration
 from policy.sim_report import markdown_table, phase_metrics
-from policy.sim_trace import low_high_low, poisson
+from policy.sim_trace import ClosedLoop, UserPhase, low_high_low, poisson, sticky_users
 from policy.types import SpecMode
 
 ON, OFF = SpecMode.ON, SpecMode.OFF
@@ -51,6 +54,58 @@ def test_dynamic_policies_get_the_best_of_both_static_modes(small_fleet_runs: di
     assert by[("high", SimPolicy.ALWAYS_ON)].ttft_p50_s > 1.0  # always-on queues up under high load
     for static in (SimPolicy.ALWAYS_ON, SimPolicy.ALWAYS_OFF):
         assert all(m.flips_per_replica_min == 0 for m in small_fleet_runs[static])
+
+
+@pytest.fixture(scope="module")
+def sticky_runs() -> dict:
+    trace = sticky_users(4, phase_s=20)
+    config = SimConfig(replicas=4, seed=1, drain_s=20)
+    return {p: {m.phase: m for m in phase_metrics(simulate(trace, p, config=config))} for p in SimPolicy}
+
+
+def test_with_users_pinned_unevenly_the_dynamic_policies_beat_both_static_modes(sticky_runs: dict) -> None:
+    on, off = sticky_runs[SimPolicy.ALWAYS_ON], sticky_runs[SimPolicy.ALWAYS_OFF]
+    for dyn in (SimPolicy.THRESHOLD, SimPolicy.GOODPUT):
+        d = sticky_runs[dyn]
+        # high load: hot replicas OFF, cold ones ON -> more than either static mode serves
+        assert d["high"].output_tok_s >= 1.03 * on["high"].output_tok_s, dyn
+        assert d["high"].output_tok_s >= 1.01 * off["high"].output_tok_s, dyn
+        assert 0 < d["high"].on_share < 1, dyn  # a mixed fleet, not one mode
+        # low load: every replica below the crossover -> ON everywhere, like always-on
+        assert d["low"].tpot_p50_s <= 1.02 * on["low"].tpot_p50_s, dyn
+        assert d["low"].tpot_p50_s <= 0.7 * off["low"].tpot_p50_s, dyn
+        assert d["low"].on_share == 1.0, dyn
+
+
+def test_closed_loop_users_wait_for_their_answer_think_and_stop_with_their_phase() -> None:
+    trace = ClosedLoop(
+        (UserPhase("many", 10, 6), UserPhase("few", 10, 2)), think_s=0.2, replica_weights=(3.0, 1.0)
+    )
+    res = simulate(trace, SimPolicy.ALWAYS_OFF, config=SimConfig(replicas=2, drain_s=10))
+    pins = trace.pinning(2, 0)
+    by_user: dict[int, list] = {}
+    for r in res.records:
+        assert r.replica == pins[r.user]  # pinned: session affinity, never rerouted
+        by_user.setdefault(r.user, []).append(r)
+    assert set(by_user) == set(range(6))
+    for user, reqs in by_user.items():
+        for a, b in itertools.pairwise(reqs):
+            assert a.done is not None and b.arrival > a.done  # one request in flight per user, then thinks
+        if user >= 2:  # gone after the first phase: nothing sent after it (its last answer may come later)
+            assert all(r.arrival < 10 for r in reqs)
+    assert any(r.arrival >= 10 for r in by_user[0]) and any(r.arrival >= 10 for r in by_user[1])
+    assert sum(res.tokens_per_bin) == pytest.approx(
+        sum(r.output_tokens for r in res.records if r.done is not None)
+    )
+
+
+def test_closed_loop_traces_check_their_input() -> None:
+    with pytest.raises(ValueError, match="users >= 0"):
+        ClosedLoop((UserPhase("x", 10, -1),))
+    with pytest.raises(ValueError, match="think_s"):
+        ClosedLoop((UserPhase("x", 10, 1),), think_s=0)
+    with pytest.raises(ValueError, match="3 entries for 2 replicas"):
+        ClosedLoop((UserPhase("x", 10, 1),), replica_weights=(1.0, 1.0, 1.0)).pinning(2, 0)
 
 
 def test_every_request_finishes_and_every_token_is_counted_once() -> None:
