@@ -148,3 +148,34 @@ def test_flip_while_requests_wait_for_memory(engines, model_pair):
         thread.join()
     assert [o["output_ids"] for o in got] == [o["output_ids"] for o in want]
     assert max(seen_waiting) > 0, "the test should have had requests waiting"
+
+
+def _logprobs(outs) -> tuple[list[list[int]], list[list[float]], list[list[list[int]]]]:
+    ids = [o["output_ids"] for o in outs]
+    chosen = [[lp for lp, _, _ in o["meta_info"]["output_token_logprobs"]] for o in outs]
+    top = [[[tid for _, tid, _ in step] for step in o["meta_info"]["output_top_logprobs"]] for o in outs]
+    return ids, chosen, top
+
+
+def test_logprobs_match_plain_with_speculation_on_off_and_toggled(engines, prompts):
+    """The OFF step computes logprobs itself (in the spec layout): same numbers as the plain engine."""
+    args = {"input_ids": prompts[:4], "sampling_params": greedy(20), "return_logprob": True, "top_logprobs_num": 3}
+    want_ids, want_lp, want_top = _logprobs(engines.plain().generate(**args))
+    assert all(len(steps) == 20 and all(len(s) == 3 for s in steps) for steps in want_top)
+    engine = engines.spec(*CONFIGS[1])
+    for label, flips in (("off", None), ("on", None), ("toggled", [2, 5, 6, 9, 13])):
+        _reset(engine, Strategy.WARM_KV)
+        before = engine.get_speculation_state()
+        if flips:
+            engine.schedule_flips(flips)
+        else:
+            engine.set_speculation(label == "on")  # applied at the first decode step
+        ids, lp, top = _logprobs(engine.generate(**args))
+        assert first_mismatch(ids, want_ids) is None, (label, first_mismatch(ids, want_ids))
+        assert [len(x) for x in lp] == [len(x) for x in want_lp], label
+        worst = max(abs(a - b) for got, ref in zip(lp, want_lp, strict=True) for a, b in zip(got, ref, strict=True))
+        assert worst < 1e-4, f"{label}: logprob differs by {worst:.2e}"
+        assert top == want_top, label
+        after = engine.get_speculation_state()
+        if label != "on":
+            assert after.off_steps > before.off_steps, label  # the OFF path really produced tokens
