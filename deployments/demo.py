@@ -157,9 +157,13 @@ def format_report(report: DemoReport) -> str:
             f"{p.phase.name:<12} {p.phase.clients:>7} {p.requests:>9} {p.errors:>7} {p.tok_s:>13.1f} "
             f"{p50:>10.2f} s"
         )
-    lines += ["", "replica     flips  mode changes during the run                 accept length  mode now"]
+    rows = []
     for rid, r in sorted(report.final.items()):
         seen = [f"{c.mode.upper()}@{c.at_s:.0f}s({c.phase})" for c in report.changes if c.replica_id == rid]
         accept = f"{r['accept_length']:.2f}" if r.get("accept_length") is not None else "-"
-        lines.append(f"{rid:<10} {r['flips']:>6}  {' '.join(seen) or 'none':<42} {accept:>13}  {r['mode']}")
+        rows.append((rid, r["flips"], " ".join(seen) or "none", accept, r["mode"]))
+    width = max([len("mode changes during the run"), *(len(row[2]) for row in rows)])
+    lines += ["", f"replica     flips  {'mode changes during the run':<{width}}  accept length  mode now"]
+    for rid, flips, seen_text, accept, mode in rows:
+        lines.append(f"{rid:<10} {flips:>6}  {seen_text:<{width}}  {accept:>13}  {mode}")
     return "\n".join(lines)
