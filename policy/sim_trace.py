@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "Arrival", "ClosedLoop", "Phase", "Trace", "UserPhase", "low_high_low", "poisson", "steps", "sticky_users",
@@ -29,8 +30,32 @@ class Arrival:
     output_tokens: int
 
 
+class _Phased:
+    """What both trace kinds share: named phases back to back, uniform output lengths."""
+
+    phases: tuple[Any, ...]  # Phase or UserPhase: name, duration_s
+    out_min: int
+    out_max: int
+
+    @property
+    def duration_s(self) -> float:
+        return sum(p.duration_s for p in self.phases)
+
+    @property
+    def mean_output_tokens(self) -> float:
+        return (self.out_min + self.out_max) / 2
+
+    def bounds(self) -> list[tuple[str, float, float]]:
+        """(name, start, end) per phase."""
+        out, t = [], 0.0
+        for p in self.phases:
+            out.append((p.name, t, t + p.duration_s))
+            t += p.duration_s
+        return out
+
+
 @dataclass(frozen=True)
-class Trace:
+class Trace(_Phased):
     """Poisson arrivals at each phase's rate; output lengths uniform in [out_min, out_max]."""
 
     phases: tuple[Phase, ...]
@@ -43,17 +68,6 @@ class Trace:
             raise ValueError("Trace needs phases with duration > 0 and rate >= 0")
         if not 1 <= self.out_min <= self.out_max:
             raise ValueError("Trace needs 1 <= out_min <= out_max")
-
-    @property
-    def duration_s(self) -> float:
-        return sum(p.duration_s for p in self.phases)
-
-    @property
-    def mean_output_tokens(self) -> float:
-        return (self.out_min + self.out_max) / 2
-
-    def bounds(self) -> list[tuple[str, float, float]]:
-        return _bounds(self.phases)
 
     def arrivals(self, seed: int) -> list[Arrival]:
         rng = random.Random(seed)
@@ -76,7 +90,7 @@ class UserPhase:
 
 
 @dataclass(frozen=True)
-class ClosedLoop:
+class ClosedLoop(_Phased):
     """Closed-loop users, as Locust runs them: a user sends a request, waits for its last token,
     thinks (exponential, mean `think_s`) and sends the next. When a phase has fewer users, the
     extra ones stop after their request in flight. `replica_weights` pins each user to one
@@ -100,17 +114,6 @@ class ClosedLoop:
         ):
             raise ValueError("replica_weights must be non-negative with a positive sum")
 
-    @property
-    def duration_s(self) -> float:
-        return sum(p.duration_s for p in self.phases)
-
-    @property
-    def mean_output_tokens(self) -> float:
-        return (self.out_min + self.out_max) / 2
-
-    def bounds(self) -> list[tuple[str, float, float]]:
-        return _bounds(self.phases)
-
     def users_at(self, t: float) -> int:
         for p, (_, start, end) in zip(self.phases, self.bounds(), strict=True):
             if start <= t < end:
@@ -128,15 +131,6 @@ class ClosedLoop:
         rng = random.Random(seed ^ 0x5EED)
         most = max(p.users for p in self.phases)
         return rng.choices(range(replicas), weights=self.replica_weights, k=most)
-
-
-def _bounds(phases: tuple[Phase, ...] | tuple[UserPhase, ...]) -> list[tuple[str, float, float]]:
-    """(name, start, end) per phase."""
-    out, t = [], 0.0
-    for p in phases:
-        out.append((p.name, t, t + p.duration_s))
-        t += p.duration_s
-    return out
 
 
 def sticky_users(
