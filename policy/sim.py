@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from policy.fleet import FleetView
 from policy.sim_model import EngineModel, default_model
-from policy.sim_sources import make_source
+from policy.sim_sources import RequestRecord, make_source
 from policy.sim_trace import ClosedLoop, Trace
 from policy.types import Observation, PolicyConfig, Rule, SpecMode
 
@@ -49,27 +49,6 @@ class SimConfig:
     drain_s: float = 30.0  # keep serving after the trace ends so late requests finish
     bin_s: float = 1.0  # timeline resolution
     policy: PolicyConfig = field(default_factory=PolicyConfig)  # its rule is set by SimPolicy
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    arrival: float
-    prompt_tokens: int
-    output_tokens: int
-    replica: int = -1
-    user: int = -1  # closed-loop traces: who sent it
-    first_token: float | None = None
-    done: float | None = None
-
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first_token is None else self.first_token - self.arrival
-
-    @property
-    def tpot(self) -> float | None:
-        if self.done is None or self.first_token is None or self.output_tokens < 2:
-            return None
-        return (self.done - self.first_token) / (self.output_tokens - 1)
 
 
 @dataclass(frozen=True)
@@ -145,7 +124,7 @@ def simulate(
     model = model or default_model()
     config = config or SimConfig()
     rng = random.Random(config.seed)
-    source = make_source(trace, config.seed, config.replicas, RequestRecord)
+    source = make_source(trace, config.seed, config.replicas)
     start_mode = _OFF if policy is SimPolicy.ALWAYS_OFF else _ON
     reps = [_Replica(i, start_mode) for i in range(config.replicas)]
     router = _LeastQueue(config.replicas, rng)

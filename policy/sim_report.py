@@ -126,9 +126,8 @@ def plot(results: dict[SimPolicy, SimResult], path: Path, title: str) -> None:
     fig, axes = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
     any_result = next(iter(results.values()))
     window = 5.0  # seconds per point
-    if isinstance(
-        any_result.trace, Trace
-    ):  # closed-loop users ask as fast as they are served: no offered line
+    # closed-loop users ask as fast as they are served: an offered line only for open-loop traces
+    if isinstance(any_result.trace, Trace):
         offered_t, offered = [], []
         for _, start, end in any_result.trace.bounds():
             tok = sum(r.output_tokens for r in any_result.records if start <= r.arrival < end) / (end - start)

@@ -7,23 +7,42 @@ Both hand out (record, pinned replica or None) in time order and keep every reco
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import random
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from policy.sim_trace import ClosedLoop, Trace
 
-if TYPE_CHECKING:
-    from policy.sim import RequestRecord
-
-__all__ = ["OpenSource", "UserSource", "make_source"]
+__all__ = ["OpenSource", "RequestRecord", "UserSource", "make_source"]
 
 _NEVER = float("inf")
 
 
+@dataclass(slots=True)
+class RequestRecord:
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    replica: int = -1
+    user: int = -1  # closed-loop traces: who sent it
+    first_token: float | None = None
+    done: float | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.arrival
+
+    @property
+    def tpot(self) -> float | None:
+        if self.done is None or self.first_token is None or self.output_tokens < 2:
+            return None
+        return (self.done - self.first_token) / (self.output_tokens - 1)
+
+
 class OpenSource:
-    def __init__(self, trace: Trace, seed: int, record_cls: type[RequestRecord]) -> None:
-        self.records = [record_cls(a.at, a.prompt_tokens, a.output_tokens) for a in trace.arrivals(seed)]
+    def __init__(self, trace: Trace, seed: int) -> None:
+        self.records = [RequestRecord(a.at, a.prompt_tokens, a.output_tokens) for a in trace.arrivals(seed)]
         self._next = 0
 
     def next_at(self) -> float:
@@ -39,12 +58,15 @@ class OpenSource:
 
 
 class UserSource:
-    def __init__(self, trace: ClosedLoop, seed: int, replicas: int, record_cls: type[RequestRecord]) -> None:
+    def __init__(self, trace: ClosedLoop, seed: int, replicas: int) -> None:
         self.records: list[RequestRecord] = []
-        self._trace, self._record_cls = trace, record_cls
+        self._trace = trace
         self._rng = random.Random(seed)
         self._pin = trace.pinning(replicas, seed)
-        self._starts = [start for _, start, _ in trace.bounds()]  # phase starts still to come
+        bounds = trace.bounds()
+        self._starts = [start for _, start, _ in bounds]  # phase starts still to come
+        self._ends = [end for _, _, end in bounds]
+        self._users = [p.users for p in trace.phases]
         self._heap: list[tuple[float, int]] = []  # (send time, user)
         self._live: set[int] = set()  # users thinking or waiting for an answer
 
@@ -54,24 +76,27 @@ class UserSource:
     def take(self, t: float) -> tuple[RequestRecord, int | None] | None:
         if self._starts and self._starts[0] <= t:  # a phase starts: its users not yet live begin thinking
             self._starts.pop(0)
-            for user in range(self._trace.users_at(t)):
+            for user in range(self._users_at(t)):
                 self._schedule(user, t)
             return None
         _, user = heapq.heappop(self._heap)
-        if user >= self._trace.users_at(t):  # the phase has fewer users now: this one stops
+        if user >= self._users_at(t):  # the phase has fewer users now: this one stops
             self._live.discard(user)
             return None
-        q = self._record_cls(
-            t, self._trace.prompt_tokens, self._rng.randint(self._trace.out_min, self._trace.out_max)
-        )
-        q.user = user
+        out = self._rng.randint(self._trace.out_min, self._trace.out_max)
+        q = RequestRecord(t, self._trace.prompt_tokens, out, user=user)
         self.records.append(q)
         return q, None if self._pin is None else self._pin[user]
 
     def finished(self, q: RequestRecord, t: float) -> None:
         self._live.discard(q.user)
-        if q.user < self._trace.users_at(t):
+        if q.user < self._users_at(t):
             self._schedule(q.user, t)
+
+    def _users_at(self, t: float) -> int:
+        """Users of the phase running at t (0 after the last one)."""
+        i = bisect.bisect_right(self._ends, t)
+        return self._users[i] if i < len(self._users) else 0
 
     def _schedule(self, user: int, t: float) -> None:
         if user not in self._live:
@@ -79,9 +104,7 @@ class UserSource:
             heapq.heappush(self._heap, (t + self._rng.expovariate(1 / self._trace.think_s), user))
 
 
-def make_source(
-    trace: Trace | ClosedLoop, seed: int, replicas: int, record_cls: type[RequestRecord]
-) -> OpenSource | UserSource:
+def make_source(trace: Trace | ClosedLoop, seed: int, replicas: int) -> OpenSource | UserSource:
     if isinstance(trace, ClosedLoop):
-        return UserSource(trace, seed, replicas, record_cls)
-    return OpenSource(trace, seed, record_cls)
+        return UserSource(trace, seed, replicas)
+    return OpenSource(trace, seed)

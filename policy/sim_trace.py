@@ -114,12 +114,6 @@ class ClosedLoop(_Phased):
         ):
             raise ValueError("replica_weights must be non-negative with a positive sum")
 
-    def users_at(self, t: float) -> int:
-        for p, (_, start, end) in zip(self.phases, self.bounds(), strict=True):
-            if start <= t < end:
-                return p.users
-        return 0
-
     def pinning(self, replicas: int, seed: int) -> list[int] | None:
         """The replica of each user (None: routed by least queue)."""
         if self.replica_weights is None:
