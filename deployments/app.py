@@ -67,9 +67,16 @@ def llm_config_for(config: SpecFlipConfig) -> LLMConfig:
             "health_check_timeout_s": r.health_timeout_s + 5,
             "ray_actor_options": actor_options,
         },
-        runtime_env=None if cuda else {"env_vars": dict(CPU_ENV)},
+        runtime_env=_runtime_env(config),
         log_engine_metrics=False,
     )
+
+
+def _runtime_env(config: SpecFlipConfig) -> dict[str, Any] | None:
+    """The replicas' environment: the CPU engine's switches on cpu, plus `replicas.env`."""
+    env = {} if config.engine.device is Device.CUDA else dict(CPU_ENV)
+    env.update(config.replicas.env)
+    return {"env_vars": env} if env else None
 
 
 def _ingress_app() -> Any:

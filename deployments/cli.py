@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     build = msub.add_parser("build", help="build (or reuse) a trained target + EAGLE-3 draft pair")
     build.add_argument("--out", required=True, help="output directory")
     build.add_argument("--seed", type=int, default=0)
+    shapes = msub.add_parser(
+        "shapes", help="Llama-3.1-8B-shaped target + EAGLE-3 draft configs (random weights, GPU benchmarks)"
+    )
+    shapes.add_argument("--out", required=True, help="output directory (target-8b/ and eagle3-8b/)")
+    shapes.add_argument(
+        "--tokenizer-from", help="tokenizer directory to pad to the 8B vocabulary (e.g. models/tiny/target)"
+    )
     evaluate = msub.add_parser("eval", help="measure a pair's accept length on the real engine")
     evaluate.add_argument("--pair", required=True, help="pair directory (with target/ and draft/)")
     evaluate.add_argument(
@@ -124,6 +131,12 @@ def _models(args: argparse.Namespace) -> int:
 
         paths = build_pair(args.out, PairSpec(seed=args.seed), log=_progress)
         _progress(f"pair ready: target {paths.target}, draft {paths.draft}")
+        return 0
+    if args.models_command == "shapes":
+        from patched_worker.models.shapes import write_shapes
+
+        target, draft = write_shapes(args.out, args.tokenizer_from)
+        _progress(f"8B shapes (load_format dummy): target {target}, draft {draft}")
         return 0
     evaluate: Any = _lazy("patched_worker.models.evaluate", "main")
     result = evaluate(["--pair", args.pair, *_passthrough(args.args)])

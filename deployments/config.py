@@ -119,6 +119,21 @@ class PolicySettings(_Frozen):
         ge=1,
         description="goodput: accept length assumed until a replica reports one.",
     )
+    on_step_base_s: float = Field(
+        default=_P.on_step_base_s,
+        gt=0,
+        description="goodput prior: an engine step ON takes base + per_req * batch seconds; the "
+        "defaults are H200 Llama-3.1-8B numbers: put your engine's measured line here.",
+    )
+    on_step_per_req_s: float = Field(
+        default=_P.on_step_per_req_s, ge=0, description="goodput prior: ON step seconds per request."
+    )
+    off_step_base_s: float = Field(
+        default=_P.off_step_base_s, gt=0, description="goodput prior: OFF step base seconds."
+    )
+    off_step_per_req_s: float = Field(
+        default=_P.off_step_per_req_s, ge=0, description="goodput prior: OFF step seconds per request."
+    )
     max_flips_per_tick: int | None = Field(
         default=_P.max_flips_per_tick,
         ge=1,
@@ -159,6 +174,10 @@ class PolicySettings(_Frozen):
             dwell_s=self.dwell_s,
             goodput_margin=self.goodput_margin,
             default_accept_length=self.default_accept_length,
+            on_step_base_s=self.on_step_base_s,
+            on_step_per_req_s=self.on_step_per_req_s,
+            off_step_base_s=self.off_step_base_s,
+            off_step_per_req_s=self.off_step_per_req_s,
             max_flips_per_tick=self.max_flips_per_tick,
             min_on_replicas=self.min_on_replicas,
             stale_after_s=self.stale_after_s,
@@ -233,6 +252,11 @@ class ReplicaSettings(_Frozen):
         default=10.0,
         gt=0,
         description="Engine probe timeout of a health check (Ray Serve restarts a replica that fails it).",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables of every replica process and the SGLang processes it starts "
+        "(Ray runtime_env), e.g. SGLANG_SIMULATE_ACC_LEN for benchmarks with random weights.",
     )
 
 

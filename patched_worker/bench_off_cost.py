@@ -22,31 +22,9 @@ import sys
 import time
 import traceback
 
+from patched_worker.models.shapes import write_shapes
+
 __all__ = ["main"]
-
-LLAMA_8B = dict(
-    architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096, intermediate_size=14336,
-    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=128256,
-    max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=500000.0, hidden_act="silu",
-    tie_word_embeddings=False, torch_dtype="bfloat16", bos_token_id=128000, eos_token_id=128001)
-EAGLE3_8B = dict(
-    architectures=["LlamaForCausalLMEagle3"], model_type="llama", hidden_size=4096, intermediate_size=14336,
-    num_hidden_layers=1, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=128256,
-    draft_vocab_size=32000, target_hidden_size=4096, max_position_embeddings=8192, rms_norm_eps=1e-5,
-    rope_theta=500000.0, hidden_act="silu", tie_word_embeddings=False, torch_dtype="bfloat16",
-    bos_token_id=128000, eos_token_id=128001)
-
-
-def write_shapes(root: str) -> tuple[str, str]:
-    paths = []
-    for name, cfg in (("target-8b", LLAMA_8B), ("eagle3-8b", EAGLE3_8B)):
-        d = os.path.join(root, name)
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(cfg, f)
-        paths.append(d)
-    return paths[0], paths[1]
-
 
 def engine_kwargs(target: str, max_bs: int) -> dict:
     return dict(model_path=target, load_format="dummy", dtype="bfloat16", attention_backend="flashinfer",

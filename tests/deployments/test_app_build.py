@@ -48,6 +48,15 @@ def test_cpu_replicas_ask_for_no_gpu_and_switch_the_cpu_shim_on() -> None:
     assert server.ray_actor_options["runtime_env"]["env_vars"] == CPU_ENV
 
 
+def test_replica_env_reaches_the_replicas_on_gpu_and_adds_to_the_cpu_switches() -> None:
+    env = {"SGLANG_SIMULATE_ACC_LEN": "3"}
+    _, server = _graph(build_app({**GPU_ARGS, "replicas": {"count": 2, "env": env}}))
+    assert server.ray_actor_options["runtime_env"]["env_vars"] == env
+    cpu = {**GPU_ARGS, "engine": {"device": "cpu"}, "replicas": {"count": 1, "env": env}}
+    _, server = _graph(build_app(cpu))
+    assert server.ray_actor_options["runtime_env"]["env_vars"] == {**CPU_ENV, **env}
+
+
 def test_the_config_reaches_both_deployments_and_the_factory_only_the_replicas() -> None:
     config = SpecFlipConfig.parse(GPU_ARGS)
 

@@ -33,6 +33,10 @@ def test_every_policy_setting_reaches_the_policy_config() -> None:
         "stale_after_s": 4,
         "tick_s": 0.3,
         "ttl_s": 40,
+        "on_step_base_s": 0.006,
+        "on_step_per_req_s": 1.2e-4,
+        "off_step_base_s": 0.0048,
+        "off_step_per_req_s": 2.2e-5,
     }
     config = SpecFlipConfig.parse({**MIN, "policy": policy, "engine": {"max_running_requests": 64}})
     pc = config.policy_config()
