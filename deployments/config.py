@@ -273,6 +273,14 @@ class ServeSettings(_Frozen):
         le=65535,
         description="HTTP port of the API, /specflip/* and /metrics (specflip serve).",
     )
+    stream_batching_interval_ms: float = Field(
+        default=50.0,
+        ge=0,
+        le=1000,
+        description="Streams: after the first chunk, a replica sends at most one packet per this many "
+        "ms with every token generated meanwhile (fewer packets through the Serve path; Ray Serve "
+        "LLM's default is 50); 0 sends every chunk alone.",
+    )
     control_token: str | None = Field(
         default=None,
         description="Bearer token for control endpoints; falls back to "

@@ -11,6 +11,8 @@ SSE streaming, tokenize and `/v1/models` are inherited; on top:
 - a health check that probes the engine (a scheduler round trip with a timeout);
 - SGLang sampling extras (`ignore_eos`, `top_k`, `min_tokens`, ...) passed through when set;
 - `stream_options.include_usage`: a final usage chunk on streams (OpenAI semantics);
+- streams coalesced per `serve.stream_batching_interval_ms` (deployments.coalesce): the first
+  chunk at once, then one packet per window;
 - engine input errors (e.g. prompt + max_tokens beyond the context) become 400s, not 500s.
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 
 from ray.llm._internal.serve.engines.sglang import SGLangServer
 
+from deployments.coalesce import coalesce
 from deployments.config import SpecFlipConfig
 from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
 from deployments.replica_loop import SpeculationLoop
@@ -171,16 +174,24 @@ class SpecFlipServer(SGLangServer):
             raise _bad_request(err) from None
 
     async def chat(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
-        async for item in self._with_usage(
-            request, super().chat(request, raw_request_info), "chat.completion.chunk"
-        ):
+        items = self._with_usage(request, super().chat(request, raw_request_info), "chat.completion.chunk")
+        async for item in self._coalesced(request, items):
             yield item
 
     async def completions(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
-        async for item in self._with_usage(
-            request, super().completions(request, raw_request_info), "text_completion"
-        ):
+        items = self._with_usage(request, super().completions(request, raw_request_info), "text_completion")
+        async for item in self._coalesced(request, items):
             yield item
+
+    async def _coalesced(self, request: Any, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+        """Streams: lists of SSE chunks, one list per window (the ingress joins a list); else as is."""
+        window_s = self.config.serve.stream_batching_interval_ms / 1e3
+        if not getattr(request, "stream", False) or window_s <= 0:
+            async for item in items:
+                yield item
+            return
+        async for batch in coalesce(items, window_s):
+            yield batch
 
     async def _with_usage(
         self, request: Any, inner: AsyncGenerator[Any, None], object_type: str
