@@ -109,6 +109,12 @@ class PolicySettings(_Frozen):
     dwell_s: float = Field(
         default=_P.dwell_s, ge=0, description="Minimum seconds between two flips of one replica."
     )
+    persist_s: float = Field(
+        default=_P.persist_s,
+        ge=0,
+        description="A rule's wish to flip must hold this many seconds over consecutive ticks before "
+        "it acts (a momentary dip or spike in load is ignored); 0 acts at once.",
+    )
     goodput_margin: float = Field(
         default=_P.goodput_margin,
         ge=0,
@@ -172,6 +178,7 @@ class PolicySettings(_Frozen):
             high=self.high,
             low=self.low,
             dwell_s=self.dwell_s,
+            persist_s=self.persist_s,
             goodput_margin=self.goodput_margin,
             default_accept_length=self.default_accept_length,
             on_step_base_s=self.on_step_base_s,

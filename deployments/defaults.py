@@ -59,8 +59,17 @@ def cpu_demo_config(pair: tuple[str, str], **sections: dict[str, Any]) -> SpecFl
             "strategy": "warm_kv",
             "start_enabled": True,
         },
-        # CPU loads are small: 2 replicas x a handful of requests; speculation OFF at 4 in flight, ON at <= 1
-        "policy": {"high": 4, "low": 1, "dwell_s": 2.0, "tick_s": 0.25, "stale_after_s": 5.0, "ttl_s": 30.0},
+        # CPU loads are small: 2 replicas x a handful of requests; speculation OFF at 4 in flight, ON at <= 1,
+        # each only once it has held for 1 s (a closed-loop client between two requests is not "low")
+        "policy": {
+            "high": 4,
+            "low": 1,
+            "dwell_s": 2.0,
+            "persist_s": 1.0,
+            "tick_s": 0.25,
+            "stale_after_s": 5.0,
+            "ttl_s": 30.0,
+        },
         "engine": {"device": "cpu", "max_running_requests": 16, "max_total_tokens": 8192},
         "replicas": {"count": 2, "num_cpus": 1, "num_gpus": 0, "tick_s": 0.25},
         "serve": {},

@@ -5,7 +5,8 @@ No ray, torch or sglang; the clock is the `now` argument. One call is one tick:
 1. Per replica, in order of precedence: an unpatched engine is never flipped (its desired
    mode mirrors its actual one); an operator override wins (at once: no dwell, no fleet
    limit); a stale report is never acted on; otherwise the configured rule may want the
-   other mode, and a wish inside the dwell time is held.
+   other mode; a wish younger than `persist_s` (over consecutive decisions) is not acted on,
+   and one inside the dwell time is held.
 2. Fleet limits over the wishes: OFF flips go first (they relieve overload), then the
    larger gaps; at most `max_flips_per_tick`; an OFF flip that would leave fewer than
    `min_on_replicas` fresh replicas ON is held (the least-loaded stay ON); if still short,
@@ -96,7 +97,9 @@ def decide(
         gap = np.full(n, -np.inf)
     else:
         gap = np.where(desired, load - config.high, config.low - load)
-    wish = auto & (gap >= 0.0)
+    raw_wish = auto & (gap >= 0.0)
+    since = np.where(raw_wish, np.where(np.isnan(prev.wish_since), now, prev.wish_since), np.nan)
+    wish = raw_wish & (now - since >= config.persist_s)
     dwell_ok = np.isnan(last) | (last <= now - config.dwell_s)
     reason[wish & ~dwell_ok] = _CODE[Reason.DWELL]
 
@@ -119,6 +122,7 @@ def decide(
                 flips[i] + 1,
                 _CODE[Reason.RULE_FLIP],
             )
+            since[i] = np.nan
             actions.append(
                 SetSpeculation(ids[i], not turning_off, _explain(i, turning_off, load, gp, config))
             )
@@ -130,6 +134,7 @@ def decide(
         eligible.sort(key=lambda i: (load[i], ids[i]))  # the least loaded
         for i in eligible[: min(config.min_on_replicas - on_count, budget)]:
             desired[i], last[i], flips[i], reason[i] = True, now, flips[i] + 1, _CODE[Reason.MIN_ON_FLIP]
+            since[i] = np.nan
             actions.append(SetSpeculation(ids[i], True, Reason.MIN_ON_FLIP.value))
 
     kept = {rid: o for rid, o in state.overrides.items() if rid in latest}
@@ -138,6 +143,7 @@ def decide(
         desired_on=frozen(desired),
         last_flip_at=frozen(last),
         flips=frozen(flips),
+        wish_since=frozen(since),
         reason=frozen(reason),
         overrides=state.overrides if len(kept) == len(state.overrides) else frozen_map(kept),
         tick=state.tick + 1,

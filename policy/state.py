@@ -58,6 +58,7 @@ class PolicyState:
     desired_on: Bools = field(default_factory=lambda: _empty(bool))
     last_flip_at: Floats = field(default_factory=lambda: _empty(float))  # NaN: never flipped
     flips: Ints = field(default_factory=lambda: _empty(np.int64))
+    wish_since: Floats = field(default_factory=lambda: _empty(float))  # NaN: the rule wants no flip
     reason: Ints = field(default_factory=lambda: _empty(np.int64))  # index into REASONS
     overrides: Mapping[str, Override] = field(default_factory=_empty_map)  # only non-AUTO entries
     tick: int = 0
@@ -105,6 +106,7 @@ class PolicyState:
             desired_on=frozen(gather(self.desired_on, actual_on)),
             last_flip_at=frozen(gather(self.last_flip_at, last_flip_if_new)),
             flips=frozen(gather(self.flips, 0)),
+            wish_since=frozen(gather(self.wish_since, np.nan)),
             reason=frozen(gather(self.reason, _NEW)),
         )
 
@@ -132,5 +134,6 @@ def seed_replica(
             np.append(state.last_flip_at[keep], np.nan if last_flip_at is None else last_flip_at)
         ),
         flips=frozen(np.append(state.flips[keep], 0)),
+        wish_since=frozen(np.append(state.wish_since[keep], np.nan)),
         reason=frozen(np.append(state.reason[keep], _NEW)),
     )

@@ -179,6 +179,9 @@ class PolicyConfig:
     low: float = 12.0
     # minimum seconds between two flips of one replica
     dwell_s: float = 10.0
+    # a rule's wish to flip must hold this long, in consecutive decisions, before it acts (0: at once);
+    # a momentary dip or spike in load (a closed-loop client between requests) is not acted on
+    persist_s: float = 0.0
     # fleet limits: at most this many rule flips per tick (None: no limit); overrides do not count
     max_flips_per_tick: int | None = None
     # keep at least this many fresh replicas ON for latency-sensitive traffic
@@ -221,6 +224,8 @@ def _config_problem(c: PolicyConfig) -> str | None:
         return f"need 0 <= low < high, got low={c.low} high={c.high}"
     if c.dwell_s < 0:
         return f"dwell_s must be >= 0, got {c.dwell_s}"
+    if c.persist_s < 0:
+        return f"persist_s must be >= 0, got {c.persist_s}"
     if c.max_flips_per_tick is not None and c.max_flips_per_tick < 1:
         return f"max_flips_per_tick must be >= 1 or None (no limit), got {c.max_flips_per_tick}"
     if c.min_on_replicas < 0:
@@ -248,6 +253,7 @@ _FLOAT_FIELDS = (
     "high",
     "low",
     "dwell_s",
+    "persist_s",
     "stale_after_s",
     "goodput_margin",
     "default_accept_length",

@@ -26,6 +26,7 @@ def test_every_policy_setting_reaches_the_policy_config() -> None:
         "high": 9,
         "low": 2,
         "dwell_s": 3,
+        "persist_s": 0.75,
         "goodput_margin": 0.2,
         "default_accept_length": 3.1,
         "max_flips_per_tick": 2,

@@ -13,6 +13,7 @@ from policy.types import PolicyConfig
         ({"low": 32, "high": 32}, "low < high"),
         ({"low": -1}, "low < high"),
         ({"dwell_s": -1}, "dwell_s"),
+        ({"persist_s": -0.5}, "persist_s"),
         ({"max_flips_per_tick": 0}, "max_flips_per_tick"),
         ({"min_on_replicas": -1}, "min_on_replicas"),
         ({"stale_after_s": 0}, "stale_after_s"),

@@ -74,6 +74,43 @@ def test_threshold_dwell_blocks_flips_until_it_elapses() -> None:
     )
 
 
+def test_persist_a_wish_must_hold_over_consecutive_decisions_before_it_flips() -> None:
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0, persist_s=1.0)
+    drive_one(
+        config,
+        [
+            (0.0, 6, ON, HOLD),  # load >= high, but only just now
+            (0.5, 7, ON, HOLD),
+            (1.0, 6, OFF, FLIP),  # held for 1 s
+            (1.25, 1, OFF, HOLD),  # a momentary dip (a closed-loop client between requests) ...
+            (1.5, 6, OFF, HOLD),  # ... is forgotten once load is back
+            (1.75, 0, OFF, HOLD),  # a new low starts the clock again
+            (2.5, 1, OFF, HOLD),
+            (2.75, 0, ON, FLIP),  # 1 s of low
+            (3.0, 9, ON, HOLD),  # the wish to go OFF starts from scratch after a flip
+        ],
+    )
+
+
+def test_persist_counts_during_dwell_and_flips_once_both_allow() -> None:
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=3.0, persist_s=1.0)
+    drive_one(
+        config,
+        [
+            (0.0, 9, ON, HOLD),
+            (1.0, 9, OFF, FLIP),
+            (1.5, 0, OFF, HOLD),  # low since 1.5 s: persisting
+            (3.0, 0, OFF, DWELL),  # persisted, but the last flip was 2 s ago
+            (4.0, 0, ON, FLIP),  # dwell over, low held throughout
+        ],
+    )
+
+
+def test_zero_persist_acts_on_the_first_decision_as_before() -> None:
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0, persist_s=0.0)
+    drive_one(config, [(0, 9, OFF, FLIP), (0.25, 0, ON, FLIP), (0.5, 9, OFF, FLIP)])
+
+
 def test_goodput_hysteresis_comes_from_the_margin() -> None:
     # Default priors, accept 3: ON/OFF tok/s ratio is 1.13 at batch 18, 1.08 at 20, 0.92 at 30,
     # 0.89 at 32; with a 10% margin ON->OFF needs batch >= 31 and OFF->ON batch <= 19.
