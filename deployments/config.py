@@ -6,6 +6,7 @@ reason (`ConfigError`). Nothing mutates a validated config: models are frozen.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 from typing import Any
@@ -83,6 +84,7 @@ class SpeculationSettings(_Frozen):
 
 
 _P = PolicyConfig()  # the policy package's defaults are the config's defaults
+_POLICY_FIELDS = tuple(f.name for f in dataclasses.fields(PolicyConfig))
 
 
 class PolicySettings(_Frozen):
@@ -172,25 +174,10 @@ class PolicySettings(_Frozen):
 
     def to_policy_config(self, batch_cap: int | None = None) -> PolicyConfig:
         """The policy package's PolicyConfig; with `enabled: false` a rule that never proposes a flip."""
-        kw: dict[str, Any] = dict(
-            rule=self.rule,
-            load_metric=self.load_metric,
-            high=self.high,
-            low=self.low,
-            dwell_s=self.dwell_s,
-            persist_s=self.persist_s,
-            goodput_margin=self.goodput_margin,
-            default_accept_length=self.default_accept_length,
-            on_step_base_s=self.on_step_base_s,
-            on_step_per_req_s=self.on_step_per_req_s,
-            off_step_base_s=self.off_step_base_s,
-            off_step_per_req_s=self.off_step_per_req_s,
-            max_flips_per_tick=self.max_flips_per_tick,
-            min_on_replicas=self.min_on_replicas,
-            stale_after_s=self.stale_after_s,
-            tick_s=self.tick_s,
-            ttl_s=self.ttl_s,
-        )
+        # every setting named like a PolicyConfig field is that field (enabled, actor_name are the app's own)
+        kw: dict[str, Any] = {
+            name: getattr(self, name) for name in _POLICY_FIELDS if name in type(self).model_fields
+        }
         if batch_cap is not None:
             kw["batch_cap"] = batch_cap
         if not self.enabled:

@@ -122,7 +122,6 @@ def decide(
                 flips[i] + 1,
                 _CODE[Reason.RULE_FLIP],
             )
-            since[i] = np.nan
             actions.append(
                 SetSpeculation(ids[i], not turning_off, _explain(i, turning_off, load, gp, config))
             )
@@ -134,8 +133,8 @@ def decide(
         eligible.sort(key=lambda i: (load[i], ids[i]))  # the least loaded
         for i in eligible[: min(config.min_on_replicas - on_count, budget)]:
             desired[i], last[i], flips[i], reason[i] = True, now, flips[i] + 1, _CODE[Reason.MIN_ON_FLIP]
-            since[i] = np.nan
             actions.append(SetSpeculation(ids[i], True, Reason.MIN_ON_FLIP.value))
+    since[desired != prev.desired_on] = np.nan  # a new desired mode (flip, override, min_on) ends the wish
 
     kept = {rid: o for rid, o in state.overrides.items() if rid in latest}
     new_state = PolicyState(

@@ -18,14 +18,15 @@ from pathlib import Path
 
 __all__ = ["EAGLE3_8B", "LLAMA_8B", "pad_tokenizer", "write_shapes"]
 
+_VOCAB = 128256  # Llama-3.1's vocabulary
 LLAMA_8B = dict(
     architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096, intermediate_size=14336,
-    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=128256,
+    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=_VOCAB,
     max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=500000.0, hidden_act="silu",
     tie_word_embeddings=False, torch_dtype="bfloat16", bos_token_id=128000, eos_token_id=128001)
 EAGLE3_8B = dict(
     architectures=["LlamaForCausalLMEagle3"], model_type="llama", hidden_size=4096, intermediate_size=14336,
-    num_hidden_layers=1, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=128256,
+    num_hidden_layers=1, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=_VOCAB,
     draft_vocab_size=32000, target_hidden_size=4096, max_position_embeddings=8192, rms_norm_eps=1e-5,
     rope_theta=500000.0, hidden_act="silu", tie_word_embeddings=False, torch_dtype="bfloat16",
     bos_token_id=128000, eos_token_id=128001)
@@ -42,7 +43,7 @@ def write_shapes(root: str | Path, tokenizer_from: str | Path | None = None) -> 
         (d / "config.json").write_text(json.dumps(cfg, indent=1))
         paths.append(str(d))
     if tokenizer_from is not None:
-        pad_tokenizer(tokenizer_from, paths[0], int(LLAMA_8B["vocab_size"]))  # type: ignore[call-overload]
+        pad_tokenizer(tokenizer_from, paths[0], _VOCAB)
     return paths[0], paths[1]
 
 
