@@ -46,7 +46,8 @@ class LoadConfig:
     slo_ttft_ms: float | None = 2000.0
     slo_tpot_ms: float | None = 100.0
     request_timeout_s: float = 600.0
-    itl_events: bool = True
+    itl_events: bool = False
+    stream: bool = True
 
     def __post_init__(self) -> None:
         if self.api not in get_args(Api):
@@ -89,7 +90,9 @@ HELP: dict[str, str] = {
     "slo_ttft_ms": "TTFT SLO for goodput in ms ('none' = not checked)",
     "slo_tpot_ms": "TPOT SLO for goodput in ms ('none' = not checked)",
     "request_timeout_s": "per-request timeout in seconds",
-    "itl_events": "fire one Locust ITL event per inter-chunk gap",
+    "itl_events": "also fire one Locust ITL event per inter-chunk gap (costs load-generator CPU; "
+    "the JSONL records keep every gap either way)",
+    "stream": "stream the response (SSE); false sends plain requests (no TTFT/TPOT, e2e only)",
 }
 
 

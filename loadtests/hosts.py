@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-__all__ = ["ForeignUrlError", "HostBoundUrls", "guard_session"]
+__all__ = ["ForeignUrlError", "HostBoundUrls", "guard_fast_session", "guard_session"]
 
 
 class ForeignUrlError(ValueError):
@@ -86,3 +86,15 @@ def guard_session(session: _Sender, urls: HostBoundUrls) -> None:
         return inner(request, **kwargs)
 
     session.send = send  # type: ignore[method-assign]
+
+
+def guard_fast_session(session: Any, urls: HostBoundUrls) -> None:
+    """The same for Locust's `FastHttpSession`: every request it sends passes
+    `_send_request_safe_mode(method, url, ...)`, which is wrapped to check the URL first."""
+    inner = session._send_request_safe_mode
+
+    def send(method: str, url: str, **kwargs: Any) -> Any:
+        urls.check(url)
+        return inner(method, url, **kwargs)
+
+    session._send_request_safe_mode = send

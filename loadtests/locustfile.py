@@ -96,6 +96,7 @@ def _on_init(environment: Any, **_: Any) -> None:
     model = cfg.model or discover_model(HostBoundUrls(host))
     _PREPARED[:] = [(cfg, host, model)]
     if _role(environment) != "master":
+        OpenAIStreamUser.network_timeout = cfg.request_timeout_s
         set_context(RunContext.open(cfg, host, model))
 
 

@@ -93,6 +93,7 @@ class Summary:
     itl_p99_ms: float | None
     e2e_p50_ms: float | None
     chunk_counted: int
+    chunks_s: float = 0.0  # SSE token chunks the client took in per second (its per-event load)
 
 
 def summarize(records: Iterable[RequestRecord], start: float, end: float, slo: Slo) -> Summary:
@@ -125,6 +126,7 @@ def summarize(records: Iterable[RequestRecord], start: float, end: float, slo: S
         itl_p99_ms=_ms(percentile(itls, 99)),
         e2e_p50_ms=_ms(percentile([r.e2e for r in good], 50)),
         chunk_counted=sum(1 for r in good if r.token_source == "chunks"),
+        chunks_s=sum(r.chunks for r in good) / duration,
     )
 
 

@@ -111,9 +111,10 @@ class StreamAccumulator:
         return len(self.token_times), "chunks"
 
     def finish(
-        self, end: float, status: int, *, error: str = "", api: str = "chat", users: int = 0
+        self, end: float, status: int, *, error: str = "", api: str = "chat", users: int = 0, streamed: bool = True
     ) -> RequestRecord:
-        """The record of this request; ok only with HTTP 200, no error and a [DONE] or finish_reason."""
+        """The record of this request; ok only with HTTP 200, no error and a [DONE] or finish_reason
+        (and, when streamed, at least one token chunk)."""
         err = error or self.error
         if not err and status == 200 and not (self.done or self.finish_reason):
             err = "stream ended without [DONE] or finish_reason"
@@ -123,7 +124,7 @@ class StreamAccumulator:
         ttft = times[0] - self.start if times else None
         itl = tuple(b - a for a, b in zip(times, times[1:], strict=False))
         tpot = (times[-1] - times[0]) / (n - 1) if times and n > 1 else None
-        if ok and not times:
+        if ok and streamed and not times:
             err, ok = "no token in a successful stream", False
         return RequestRecord(
             start=self.start,

@@ -23,47 +23,66 @@ from dataclasses import dataclass
 
 __all__ = ["DONE", "SseDecoder", "StreamChunk", "parse_chunk"]
 
-DONE = "[DONE]"
+DONE = b"[DONE]"
 
 
 class SseDecoder:
-    """Incremental SSE decoder: `feed(bytes) -> list of complete data payloads`."""
+    """Incremental SSE decoder: `feed(bytes) -> list of complete data payloads` (bytes).
+
+    The common case — events of one `data:` line separated by a blank line, no CR — is split
+    with one `bytes.split` per piece; anything else (CRLF, comments, event fields, multi-line
+    data) goes line by line.
+    """
 
     def __init__(self) -> None:
         self._buf = b""
-        self._data: list[str] = []
+        self._data: list[bytes] = []
 
-    def feed(self, piece: bytes) -> list[str]:
-        self._buf += piece
-        out: list[str] = []
-        while True:
-            nl = self._buf.find(b"\n")
-            if nl < 0:
-                break
-            raw, self._buf = self._buf[:nl], self._buf[nl + 1 :]
-            self._line(raw.rstrip(b"\r").decode("utf-8", errors="replace"), out)
+    def feed(self, piece: bytes) -> list[bytes]:
+        buf = self._buf + piece if self._buf else piece
+        out: list[bytes] = []
+        if b"\r" in buf or self._data:
+            self._buf = self._lines(buf, out)
+            return out
+        events = buf.split(b"\n\n")
+        self._buf = events.pop()
+        for event in events:
+            if event.startswith(b"data: ") and b"\n" not in event:
+                out.append(event[6:])
+            else:
+                self._lines(event + b"\n\n", out)  # whole event: no remainder
         return out
 
-    def close(self) -> list[str]:
+    def close(self) -> list[bytes]:
         """Flush at end of stream (a last event without its blank line still counts)."""
-        out: list[str] = []
+        out: list[bytes] = []
         if self._buf:
-            self._line(self._buf.rstrip(b"\r").decode("utf-8", errors="replace"), out)
+            self._lines(self._buf + b"\n", out)
             self._buf = b""
-        self._line("", out)
+        self._line(b"", out)
         return out
 
-    def _line(self, line: str, out: list[str]) -> None:
-        if line == "":
+    def _lines(self, buf: bytes, out: list[bytes]) -> bytes:
+        """Decode the complete lines of `buf` (LF or CRLF ended); returns the unfinished rest."""
+        start = 0
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                return buf[start:]
+            self._line(buf[start:nl].rstrip(b"\r"), out)
+            start = nl + 1
+
+    def _line(self, line: bytes, out: list[bytes]) -> None:
+        if line == b"":
             if self._data:
-                out.append("\n".join(self._data))
+                out.append(b"\n".join(self._data))
                 self._data = []
             return
-        if line.startswith(":"):
+        if line.startswith(b":"):
             return  # comment / keep-alive
-        field, _, value = line.partition(":")
-        if field == "data":
-            self._data.append(value[1:] if value.startswith(" ") else value)
+        field, _, value = line.partition(b":")
+        if field == b"data":
+            self._data.append(value[1:] if value.startswith(b" ") else value)
 
 
 @dataclass(frozen=True)
@@ -72,23 +91,41 @@ class StreamChunk:
 
     done: bool = False
     is_token: bool = False
-    text: str = ""
     finish_reason: str | None = None
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     error: str | None = None
 
 
-def parse_chunk(payload: str) -> StreamChunk:
+_TOKEN = StreamChunk(is_token=True)
+_STRING_CONTENT = (b'"content":"', b'"content": "', b'"text":"', b'"text": "')
+_NOT_PLAIN = (b'"role"', b'"usage":{', b'"usage": {', b'"error"')
+_NO_FINISH = (b'"finish_reason":null', b'"finish_reason": null')
+
+
+def _plain_token(payload: bytes) -> bool:
+    """A mid-stream content chunk (string content, no finish, no role/usage/error): the hot case,
+    told apart by byte search without parsing the JSON. Anything else is parsed."""
+    return (
+        any(m in payload for m in _NO_FINISH)
+        and any(m in payload for m in _STRING_CONTENT)
+        and not any(m in payload for m in _NOT_PLAIN)
+    )
+
+
+def parse_chunk(payload: bytes | str) -> StreamChunk:
     """Parse one `data:` payload of a chat or completions stream."""
-    if payload.strip() == DONE:
+    raw = payload.encode() if isinstance(payload, str) else payload
+    if _plain_token(raw):
+        return _TOKEN
+    if raw.strip() == DONE:
         return StreamChunk(done=True)
     try:
-        obj = json.loads(payload)
-    except json.JSONDecodeError:
-        return StreamChunk(error=f"malformed SSE payload: {payload[:120]!r}")
+        obj = json.loads(raw)
+    except ValueError:
+        return StreamChunk(error=f"malformed SSE payload: {raw[:120]!r}")
     if not isinstance(obj, dict):
-        return StreamChunk(error=f"unexpected SSE payload: {payload[:120]!r}")
+        return StreamChunk(error=f"unexpected SSE payload: {raw[:120]!r}")
     if "error" in obj:
         err = obj["error"]
         msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
@@ -96,7 +133,7 @@ def parse_chunk(payload: str) -> StreamChunk:
     usage = obj.get("usage") or {}
     completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
     prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-    is_token, text, finish = False, "", None
+    is_token, finish = False, None
     choices = obj.get("choices") or []
     if choices and isinstance(choices[0], dict):
         choice = choices[0]
@@ -107,11 +144,9 @@ def parse_chunk(payload: str) -> StreamChunk:
         else:
             content, role_only = choice.get("text"), False
         if isinstance(content, str):
-            text = content
             is_token = content != "" or (not role_only and finish is None)
     return StreamChunk(
         is_token=is_token,
-        text=text,
         finish_reason=finish,
         completion_tokens=int(completion) if completion is not None else None,
         prompt_tokens=int(prompt) if prompt is not None else None,

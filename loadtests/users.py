@@ -1,7 +1,13 @@
-"""The Locust user: one streaming OpenAI request at a time, timed chunk by chunk.
+"""The Locust user: one OpenAI request at a time, streamed responses timed event by event.
 
 Imports Locust (and so gevent's monkey patching): only the locustfile imports
 this module; the sweep runner runs Locust in a subprocess and never does.
+
+Built to stay out of the measurement: Locust's `FastHttpUser` (geventhttpclient,
+C HTTP parser), one read per SSE event (`readline(b"\n\n")` returns as soon as an
+event is complete), token chunks told apart by a byte search instead of JSON
+parsing (`loadtests.sse`), and per-request bookkeeping after the stream ends.
+`python -m loadtests.calibrate` measures what it can take in on a given host.
 
 Per request it reports to Locust's statistics
 - the HTTP request itself (name `chat` or `completions`, response time = end to end),
@@ -13,6 +19,7 @@ percentiles and goodput are computed from those lines, exactly, by our own code.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import time
@@ -22,16 +29,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gevent import GreenletExit
-from locust import HttpUser, task
+from locust import task
+from locust.contrib.fasthttp import FastHttpUser
 
 from loadtests.config import LoadConfig
-from loadtests.hosts import HostBoundUrls, guard_session
+from loadtests.hosts import HostBoundUrls, guard_fast_session
 from loadtests.metrics import CANCELLED
 from loadtests.payloads import API_PATHS, build_request
 from loadtests.prompts import Prompt, make_prompts
 from loadtests.records import RequestRecord, StreamAccumulator, write_record
 from loadtests.shapes import PoissonPacer, Schedule
-from loadtests.sse import SseDecoder, parse_chunk
+from loadtests.sse import SseDecoder, StreamChunk, parse_chunk
 
 __all__ = ["OpenAIStreamUser", "RunContext", "current_context", "set_context"]
 
@@ -78,14 +86,19 @@ def current_context() -> RunContext:
     return _CONTEXT
 
 
-class OpenAIStreamUser(HttpUser):
-    """Sends streaming chat/completions requests back to back, or paced for Poisson arrivals."""
+_HEADERS = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+
+
+class OpenAIStreamUser(FastHttpUser):
+    """Sends chat/completions requests back to back, or paced for Poisson arrivals."""
 
     pacer: PoissonPacer | None = None
+    network_timeout = 600.0  # per socket read; the locustfile sets it from request_timeout_s
+    max_retries = 0
 
     def on_start(self) -> None:
         ctx = current_context()
-        guard_session(self.client, ctx.urls)
+        guard_fast_session(self.client, ctx.urls)
         rate = ctx.schedule.rate_per_user
         if rate is not None:
             self.pacer = PoissonPacer(rate, random.Random(), time.time())
@@ -134,34 +147,30 @@ class OpenAIStreamUser(HttpUser):
         cfg = current_context().config
         with self.client.post(
             url,
-            json=body,
+            data=json.dumps(body),
+            headers=_HEADERS,
             stream=True,
             catch_response=True,
             name=cfg.api,
             allow_redirects=False,
-            timeout=cfg.request_timeout_s,
         ) as resp:
             status = acc.http_status = int(resp.status_code or 0)
             error = ""
             if status == 0:
                 error = f"connection failed: {getattr(resp, 'error', '')}"[:300]
             elif status != 200:
-                error = f"HTTP {status}: {resp.text[:300]}"
+                error = f"HTTP {status}: {(resp.text or '')[:300]}"
             else:
                 try:
-                    decoder = SseDecoder()
-                    # Read to the end of the response even after [DONE] (servers close the
-                    # stream right after it): a fully read response returns its connection
-                    # to the pool, so the next request reuses it instead of connecting again.
-                    for piece in resp.iter_content(chunk_size=None):
-                        now = time.time()
-                        for payload in decoder.feed(piece):
-                            acc.add(parse_chunk(payload), now)
-                    for payload in decoder.close():
-                        acc.add(parse_chunk(payload), time.time())
+                    if cfg.stream:
+                        _read_events(resp, acc)
+                    else:
+                        _read_json(resp, acc)
                 except Exception as e:  # connection dropped mid-stream, timeout, ...
                     error = f"{type(e).__name__}: {e}"[:300]
-            rec = acc.finish(acc.done_at or time.time(), status, error=error, api=cfg.api, users=users)
+            rec = acc.finish(
+                acc.done_at or time.time(), status, error=error, api=cfg.api, users=users, streamed=cfg.stream
+            )
             resp.request_meta["response_time"] = rec.e2e * 1000
             resp.request_meta["response_length"] = rec.output_tokens
             if rec.ok:
@@ -169,3 +178,38 @@ class OpenAIStreamUser(HttpUser):
             else:
                 resp.failure(rec.error)
             return rec
+
+
+def _read_events(resp: Any, acc: StreamAccumulator) -> None:
+    """Time every SSE event as it completes; read to the end even after [DONE] so the
+    connection goes back to the pool for the next request."""
+    reader = resp._response  # geventhttpclient's response: readline(sep) returns one event
+    if reader is None or not hasattr(reader, "readline"):
+        raise RuntimeError("this Locust version's FastResponse has no readable _response (locust>=2.30)")
+    decoder = SseDecoder()
+    while True:
+        piece = reader.readline(b"\n\n")
+        now = time.time()
+        if not piece:
+            break
+        for payload in decoder.feed(piece):
+            acc.add(parse_chunk(payload), now)
+    for payload in decoder.close():
+        acc.add(parse_chunk(payload), time.time())
+
+
+def _read_json(resp: Any, acc: StreamAccumulator) -> None:
+    """A non-streamed response: finish reason and usage from the body, no token times."""
+    body = json.loads(resp.content or b"{}")
+    now = time.time()
+    choice = (body.get("choices") or [{}])[0]
+    usage = body.get("usage") or {}
+    acc.add(
+        StreamChunk(
+            done=True,
+            finish_reason=choice.get("finish_reason"),
+            completion_tokens=usage.get("completion_tokens"),
+            prompt_tokens=usage.get("prompt_tokens"),
+        ),
+        now,
+    )

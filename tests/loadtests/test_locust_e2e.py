@@ -58,7 +58,9 @@ def test_poisson_completions_without_usage(standin: Callable[..., str], tmp_path
 @pytest.mark.slow
 def test_steps_chat_with_usage_and_locust_csv(standin: Callable[..., str], tmp_path: Path) -> None:
     url = standin()
-    cfg = LoadConfig(model="standin-tiny", input_len=16, output_len=10, shape="steps:users=1/3,step=2")
+    cfg = LoadConfig(
+        model="standin-tiny", input_len=16, output_len=10, shape="steps:users=1/3,step=2", itl_events=True
+    )
     run = run_locust(url, cfg, tmp_path)
     done = [r for r in run.records if r.error != "cancelled"]
     assert done and all(r.ok and r.token_source == "usage" and r.output_tokens == 10 for r in done)

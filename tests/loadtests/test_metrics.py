@@ -11,7 +11,7 @@ from loadtests.metrics import CANCELLED, Slo, meets_slo, percentile, summarize, 
 from loadtests.records import RequestRecord, StreamAccumulator
 from loadtests.sse import StreamChunk
 
-TOK = StreamChunk(is_token=True, text="x")
+TOK = StreamChunk(is_token=True)
 
 
 def run(
