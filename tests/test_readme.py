@@ -38,3 +38,10 @@ def test_demo_command_exists_in_the_cli() -> None:
 
     args = build_parser().parse_args(["demo"])
     assert args.command == "demo"
+
+
+def test_readme_links_every_doc() -> None:
+    text = (ROOT / "README.md").read_text()
+    docs = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
+    missing = [d for d in [*docs, "loadtests/README.md"] if f"`{d}`" not in text]
+    assert not missing, missing
