@@ -128,7 +128,7 @@ def _policy_settings() -> type[_PolicyAppSettings]:
         for f in dataclasses.fields(PolicyConfig)
         if SETTING in f.metadata
     }
-    return create_model(  # type: ignore[call-overload,no-any-return]
+    return create_model(
         "PolicySettings",
         __base__=_PolicyAppSettings,
         __module__=__name__,
