@@ -25,6 +25,7 @@ from deployments.engine import EngineFactory, build_specflip_engine
 from deployments.guard import JsonBodyGuard
 from deployments.ingress import ENDPOINTS, SpecFlipIngress
 from deployments.metrics import RequestCountMiddleware
+from deployments.ray_compat import openai_fastapi_app, to_model_metadata
 from deployments.server import SpecFlipServer
 
 __all__ = ["CPU_ENV", "CONFIG_ENV", "assemble", "build_app", "config_from_args", "llm_config_for"]
@@ -80,9 +81,7 @@ def _runtime_env(config: SpecFlipConfig) -> dict[str, Any] | None:
 
 
 def _ingress_app() -> Any:
-    from ray.llm._internal.serve.core.ingress.ingress import init  # Ray's FastAPI app with its middleware
-
-    app = init()
+    app = openai_fastapi_app()  # Ray's FastAPI app with its middleware
     app.add_middleware(JsonBodyGuard)  # raw-body checks before the request models parse it
     app.add_middleware(RequestCountMiddleware)  # outermost: sees the final status of every response
     return app
@@ -94,8 +93,6 @@ def assemble(config: SpecFlipConfig, *, engine_factory: EngineFactory = build_sp
     server = build_llm_deployment(
         llm_config, bind_kwargs={"config": config, "engine_factory": engine_factory}
     )
-    from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
-
     ingress_cls = make_fastapi_ingress(SpecFlipIngress, endpoint_map=ENDPOINTS, app=_ingress_app())
     # one ingress replica: its metrics stay monotonic for Prometheus; it does no heavy work
     ingress: Any = serve.deployment(

@@ -1,12 +1,19 @@
-"""`specflip` command line: serve, demo, models build/eval, bench.
+"""`specflip` command line: serve, demo, models build/shapes/eval, bench.
 
 Exit codes: 0 ok; 1 the work failed; 2 bad config or arguments (a one-line reason on stderr).
+
+`serve` is the product. The other subcommands drive tooling, which this module imports inside
+the subcommand's function only, never at the top: `demo` (loadtests.demo, and the model builder
+for the tiny pair), `models` (patched_worker.models, loadtests.bench.accept_length), `bench`
+(loadtests.sweep, which needs the `bench` extra: Locust, matplotlib). tests/test_layers.py holds
+every other serving module to importing none of them.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -65,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = msub.add_parser("eval", help="measure a pair's accept length on the real engine")
     evaluate.add_argument("--pair", required=True, help="pair directory (with target/ and draft/)")
     evaluate.add_argument(
-        "args", nargs=argparse.REMAINDER, help="more arguments of patched_worker.models.evaluate"
+        "args", nargs=argparse.REMAINDER, help="more arguments of loadtests.bench.accept_length"
     )
 
     bench = sub.add_parser("bench", help="load-test sweep (loadtests.sweep); arguments pass through")
@@ -104,17 +111,24 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from deployments.defaults import cpu_demo_config, ensure_pair
+    from deployments.defaults import cpu_demo_config, default_pair_dir
+    from patched_worker.models.build import PairSpec, build_pair
 
     if args.high_clients < 1 or min(args.phase_s) <= 0:
         raise ConfigError("--high-clients and every --phase-s must be positive")
-    pair = ensure_pair(args.pair_dir, seed=args.seed, log=_progress)
-    config = cpu_demo_config(pair, serve={"port": args.port})
-    from deployments.demo import Phase, drive, format_report
+    pair_dir = os.path.abspath(args.pair_dir or default_pair_dir())  # replicas run in other directories
+    paths = build_pair(pair_dir, PairSpec(seed=args.seed), log=_progress)
+    config = cpu_demo_config((paths.target, paths.draft), serve={"port": args.port})
     from deployments.local import run_local
+    from loadtests.demo import drive, format_report
+    from policy.sim.trace import Phase
 
     low, high, low2 = args.phase_s
-    phases = (Phase("low", 1, low), Phase("high", args.high_clients, high), Phase("low again", 1, low2))
+    phases = (
+        Phase("low", low, users=1),
+        Phase("high", high, users=args.high_clients),
+        Phase("low again", low2, users=1),
+    )
     with run_local(config, host="127.0.0.1", log=_progress) as app:
         report = drive(app, phases, log=_progress)
         print(format_report(report), flush=True)
@@ -138,7 +152,7 @@ def _models(args: argparse.Namespace) -> int:
         target, draft = write_shapes(args.out, args.tokenizer_from)
         _progress(f"8B shapes (load_format dummy): target {target}, draft {draft}")
         return 0
-    evaluate: Any = _lazy("patched_worker.models.evaluate", "main")
+    evaluate: Any = _lazy("loadtests.bench.accept_length", "main")
     result = evaluate(["--pair", args.pair, *_passthrough(args.args)])
     return result if isinstance(result, int) else 0
 
@@ -157,7 +171,12 @@ def _lazy(module: str, name: str) -> object:
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as err:
-        raise _Unavailable(f"{module}.{name} is not available in this install ({err})") from None
+        hint = (
+            "; install the bench extra: pip install 'specflip[bench]'"
+            if module.startswith("loadtests")
+            else ""
+        )
+        raise _Unavailable(f"{module}.{name} is not available in this install ({err}){hint}") from None
 
 
 class _Unavailable(RuntimeError):

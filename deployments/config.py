@@ -9,15 +9,17 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-from typing import Any
+import typing
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from patched_worker.state import Strategy, SwitchConfig
-from policy.types import LoadMetric, PolicyConfig, Rule
+from policy.types import SETTING, PolicyConfig, Rule
 
 __all__ = [
+    "POLICY_SETTINGS",
     "ConfigError",
     "Device",
     "EngineSettings",
@@ -83,83 +85,14 @@ class SpeculationSettings(_Frozen):
         return SwitchConfig(strategy=self.strategy, start_enabled=self.start_enabled)
 
 
-_P = PolicyConfig()  # the policy package's defaults are the config's defaults
-_POLICY_FIELDS = tuple(f.name for f in dataclasses.fields(PolicyConfig))
+class _PolicyAppSettings(_Frozen):
+    """The app's own policy settings. PolicySettings adds every policy.types.PolicyConfig field
+    declared as a setting (its type, default and description), so each is declared once."""
 
-
-class PolicySettings(_Frozen):
     enabled: bool = Field(
         default=True,
         description="Run the central policy; false keeps every replica at "
         "speculation.start_enabled unless an operator overrides it.",
-    )
-    rule: Rule = Field(
-        default=_P.rule,
-        description="Decision rule: threshold (hysteresis on load) | goodput (predicted "
-        "tok/s with vs without speculation) | hold (never flips; overrides only).",
-    )
-    load_metric: LoadMetric = Field(
-        default=_P.load_metric,
-        description="What counts as a replica's load: running+waiting | running | waiting.",
-    )
-    high: float = Field(
-        default=_P.high, gt=0, description="threshold: turn speculation OFF when load >= high."
-    )
-    low: float = Field(
-        default=_P.low, ge=0, description="threshold: turn speculation back ON when load <= low."
-    )
-    dwell_s: float = Field(
-        default=_P.dwell_s, ge=0, description="Minimum seconds between two flips of one replica."
-    )
-    persist_s: float = Field(
-        default=_P.persist_s,
-        ge=0,
-        description="A rule's wish to flip must hold this many seconds over consecutive ticks before "
-        "it acts (a momentary dip or spike in load is ignored); 0 acts at once.",
-    )
-    goodput_margin: float = Field(
-        default=_P.goodput_margin,
-        ge=0,
-        description="goodput: flip only if the other mode is predicted better by this fraction.",
-    )
-    default_accept_length: float = Field(
-        default=_P.default_accept_length,
-        ge=1,
-        description="goodput: accept length assumed until a replica reports one.",
-    )
-    on_step_base_s: float = Field(
-        default=_P.on_step_base_s,
-        gt=0,
-        description="goodput prior: an engine step ON takes base + per_req * batch seconds; the "
-        "defaults are H200 Llama-3.1-8B numbers: put your engine's measured line here.",
-    )
-    on_step_per_req_s: float = Field(
-        default=_P.on_step_per_req_s, ge=0, description="goodput prior: ON step seconds per request."
-    )
-    off_step_base_s: float = Field(
-        default=_P.off_step_base_s, gt=0, description="goodput prior: OFF step base seconds."
-    )
-    off_step_per_req_s: float = Field(
-        default=_P.off_step_per_req_s, ge=0, description="goodput prior: OFF step seconds per request."
-    )
-    max_flips_per_tick: int | None = Field(
-        default=_P.max_flips_per_tick,
-        ge=1,
-        description="Fleet limit: rule flips per policy tick; null = no limit (overrides never count).",
-    )
-    min_on_replicas: int = Field(
-        default=_P.min_on_replicas,
-        ge=0,
-        description="Keep at least this many replicas ON for latency traffic.",
-    )
-    stale_after_s: float = Field(
-        default=_P.stale_after_s, gt=0, description="A replica whose last report is older is never flipped."
-    )
-    tick_s: float = Field(
-        default=_P.tick_s, gt=0, le=60, description="Seconds between two policy decisions (actor)."
-    )
-    ttl_s: float = Field(
-        default=_P.ttl_s, gt=0, description="Forget a replica that has not reported for this long."
     )
     actor_name: str = Field(
         default="specflip-policy",
@@ -168,16 +101,13 @@ class PolicySettings(_Frozen):
     )
 
     @model_validator(mode="after")
-    def _consistent(self) -> PolicySettings:
+    def _consistent(self) -> _PolicyAppSettings:
         self.to_policy_config()  # the policy package's own checks, as one-line errors
         return self
 
     def to_policy_config(self, batch_cap: int | None = None) -> PolicyConfig:
         """The policy package's PolicyConfig; with `enabled: false` a rule that never proposes a flip."""
-        # every setting named like a PolicyConfig field is that field (enabled, actor_name are the app's own)
-        kw: dict[str, Any] = {
-            name: getattr(self, name) for name in _POLICY_FIELDS if name in type(self).model_fields
-        }
+        kw: dict[str, Any] = {name: getattr(self, name) for name in POLICY_SETTINGS}
         if batch_cap is not None:
             kw["batch_cap"] = batch_cap
         if not self.enabled:
@@ -186,6 +116,31 @@ class PolicySettings(_Frozen):
             return PolicyConfig(**kw)
         except ValueError as e:
             raise ValueError(str(e).removeprefix("PolicyConfig: ")) from None
+
+
+POLICY_SETTINGS = tuple(f.name for f in dataclasses.fields(PolicyConfig) if SETTING in f.metadata)
+
+
+def _policy_settings() -> type[_PolicyAppSettings]:
+    hints = typing.get_type_hints(PolicyConfig)
+    fields: dict[str, Any] = {
+        f.name: (hints[f.name], Field(default=f.default, description=f.metadata[SETTING]))
+        for f in dataclasses.fields(PolicyConfig)
+        if SETTING in f.metadata
+    }
+    return create_model(
+        "PolicySettings",
+        __base__=_PolicyAppSettings,
+        __module__=__name__,
+        __doc__="The `policy` section: the app's own settings plus PolicyConfig's (policy/types.py).",
+        **fields,
+    )
+
+
+if TYPE_CHECKING:
+    PolicySettings = _PolicyAppSettings
+else:
+    PolicySettings = _policy_settings()
 
 
 class EngineSettings(_Frozen):
@@ -306,10 +261,10 @@ class SpecFlipConfig(_Frozen):
             raise ValueError(
                 "engine.device is cuda but replicas.num_gpus is 0: set num_gpus > 0, or device: cpu"
             )
-        if self.policy.min_on_replicas > self.replicas.count:
+        min_on = int(getattr(self.policy, "min_on_replicas"))  # noqa: B009 - a generated field
+        if min_on > self.replicas.count:
             raise ValueError(
-                f"policy.min_on_replicas ({self.policy.min_on_replicas}) exceeds replicas.count "
-                f"({self.replicas.count})"
+                f"policy.min_on_replicas ({min_on}) exceeds replicas.count ({self.replicas.count})"
             )
         return self
 

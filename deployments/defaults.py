@@ -1,17 +1,17 @@
 """The embedded CPU default: 2 CPU replicas of the tiny trained pair, with a policy band that
 flips at CPU-sized loads. `specflip demo` and `serve run deployments.app:app` (without
-$SPECFLIP_CONFIG) use it.
+$SPECFLIP_CONFIG) use it. Building the pair is tooling (`specflip models build`,
+patched_worker.models); this module only finds an existing build.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 from deployments.config import ConfigError, SpecFlipConfig
 
-__all__ = ["PAIR_DIR_ENV", "cpu_demo_config", "default_pair_dir", "ensure_pair", "require_pair"]
+__all__ = ["PAIR_DIR_ENV", "cpu_demo_config", "default_pair_dir", "require_pair"]
 
 PAIR_DIR_ENV = "SPECFLIP_PAIR_DIR"
 
@@ -34,17 +34,6 @@ def require_pair(pair_dir: str | None = None) -> tuple[str, str]:
             f"(or `specflip demo`, which builds it), or set {PAIR_DIR_ENV} / SPECFLIP_CONFIG"
         )
     return target, draft
-
-
-def ensure_pair(
-    pair_dir: str | None = None, seed: int = 0, log: Callable[[str], None] = print
-) -> tuple[str, str]:
-    """Build the tiny pair under `pair_dir` unless a build of the same spec is there (minutes on CPU)."""
-    from patched_worker.models.build import PairSpec, build_pair
-
-    root = os.path.abspath(pair_dir or default_pair_dir())
-    paths = build_pair(root, PairSpec(seed=seed), log=log)
-    return paths.target, paths.draft
 
 
 def cpu_demo_config(pair: tuple[str, str], **sections: dict[str, Any]) -> SpecFlipConfig:

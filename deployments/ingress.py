@@ -22,18 +22,18 @@ from typing import Any, cast, get_args
 
 from fastapi import HTTPException, Request
 from pydantic import ValidationError
-from ray.llm._internal.serve.core.configs.openai_api_models import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    OpenAIHTTPException,
-)
-from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS
 from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from deployments.config import SpecFlipConfig
 from deployments.control import OVERRIDES, OverrideRequest, check_bearer, status_document
 from deployments.metrics import CONTENT_TYPE, ingress_metrics, observe_stream, usage_tokens
+from deployments.ray_compat import (
+    DEFAULT_ENDPOINTS,
+    ChatCompletionRequest,
+    CompletionRequest,
+    OpenAIHTTPException,
+)
 from deployments.validation import check_chat, check_completion
 from policy.types import UnknownReplicaError
 

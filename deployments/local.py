@@ -1,4 +1,4 @@
-"""Run the app on a local Ray instance (CLI, demo, benchmarks, tests) and talk to its control API."""
+"""Run the app on a local Ray instance (`specflip serve`, the demo, benchmarks, tests)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
+from deployments.client import SpecflipClient
 from deployments.config import SpecFlipConfig
 
 __all__ = ["LocalApp", "run_local", "wait_until"]
@@ -19,30 +18,16 @@ __all__ = ["LocalApp", "run_local", "wait_until"]
 
 @dataclass(frozen=True)
 class LocalApp:
-    """A running app: its base URL and config, with helpers for the control endpoints."""
+    """A running app: its base URL, its config, and a client for it (with the config's control token)."""
 
     base: str  # http://host:port<route prefix without the trailing slash>
     config: SpecFlipConfig
+    client: SpecflipClient = field(init=False, repr=False, compare=False)
 
-    def status(self) -> dict[str, Any]:
-        r = httpx.get(f"{self.base}/specflip/status", timeout=30)
-        r.raise_for_status()
-        result: dict[str, Any] = r.json()
-        return result
-
-    def override(self, replica_id: str, mode: str, token: str | None = None) -> httpx.Response:
-        token = token or self.config.serve.resolved_token() or ""
-        return httpx.post(
-            f"{self.base}/specflip/override",
-            json={"replica_id": replica_id, "mode": mode},
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=30,
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "client", SpecflipClient(self.base, self.config.serve.resolved_token() or "")
         )
-
-    def metrics(self) -> str:
-        r = httpx.get(f"{self.base}/metrics", timeout=30)
-        r.raise_for_status()
-        return r.text
 
 
 def wait_until(
@@ -122,12 +107,15 @@ def run_local(
         local = LocalApp(f"http://{shown}:{port}{config.serve.route_prefix.rstrip('/')}", config)
 
         def registered() -> bool:
-            replicas = local.status()["replicas"]
+            replicas = local.client.replicas()
             return len(replicas) == config.replicas.count and not any(r["stale"] for r in replicas)
 
         wait_until(registered, 120, why="every replica reporting to the policy")
         log(f"app up in {time.monotonic() - started:.0f} s at {local.base}")
-        yield local
+        try:
+            yield local
+        finally:
+            local.client.close()
     finally:
         _shutdown()
 

@@ -29,6 +29,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from deployments.sse import SseDecoder
+
 __all__ = [
     "CONTENT_TYPE",
     "IngressMetrics",
@@ -161,7 +163,9 @@ class RequestCountMiddleware:
 
 
 def _sse_events(packet: str) -> list[str]:
-    return [line[len("data: ") :] for line in packet.split("\n") if line.startswith("data: ")]
+    """The `data:` payloads of one packet (a replica sends whole events per packet)."""
+    decoder = SseDecoder()
+    return [e.decode() for e in decoder.feed(packet.encode()) + decoder.close()]
 
 
 def usage_tokens(payload: dict[str, Any]) -> int | None:

@@ -1,6 +1,6 @@
 """`SpecFlipServer`: the Ray Serve LLM server class of one replica, hosting the patched engine.
 
-A subclass of Ray's `SGLangServer` (ray.llm._internal.serve.engines.sglang, Ray 2.60), which
+A subclass of Ray's `SGLangServer` (a private Ray 2.60 class, from deployments.ray_compat), which
 builds SGLang's `RayEngine` (one GPU per bundle). This one builds the engine in-process through
 the injected `EngineFactory` (default: `SpecFlipEngine`, cpu or cuda) and takes its placement
 bundle from `LLMConfig.placement_group_config["bundles"]` (no GPU on cpu). Chat, completions,
@@ -28,11 +28,10 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from ray.llm._internal.serve.engines.sglang import SGLangServer
-
 from deployments.coalesce import coalesce
 from deployments.config import SpecFlipConfig
 from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
+from deployments.ray_compat import SGLangServer, init_sglang_server_without_engine
 from deployments.replica_loop import SpeculationLoop
 
 __all__ = ["EngineInputError", "SpecFlipServer", "replica_id"]
@@ -81,11 +80,8 @@ class SpecFlipServer(SGLangServer):
         config: SpecFlipConfig,
         engine_factory: EngineFactory = build_specflip_engine,
     ) -> None:
-        # SGLangServer.__init__ would build RayEngine; set what its methods use instead.
-        self._llm_config = llm_config
-        self.engine_kwargs = dict(llm_config.engine_kwargs)
-        self._is_paused = False
-        self._sleeping_tags: set[str] = set()
+        # SGLangServer.__init__ would build RayEngine: set what its methods use instead (ray_compat)
+        init_sglang_server_without_engine(self, llm_config)
         self._usage: dict[int, _Usage] = {}
         self.config = config
         self.replica_id = replica_id()

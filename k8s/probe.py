@@ -4,7 +4,7 @@ Runs inside the Ray container as `python -S /opt/specflip/probe.py ready|live`
 (standard library only, so `-S` keeps it fast: it runs every few seconds).
 
 Why not KubeRay's default probes: the default worker liveness probe only asks the
-raylet whether it is alive (KubeRay issue 4685). A Serve replica that is stuck, or
+raylet whether it is alive (github.com/ray-project/kuberay/issues/4685). A Serve replica that is stuck, or
 that cannot be recreated on its pod because the GPU is still held by the dead
 replica's engine processes, leaves the pod Running but NotReady forever: nothing
 restarts it, and with one GPU per pod the replica never comes back.
@@ -51,7 +51,7 @@ __all__ = [
     "worker_view",
 ]
 
-# Replica states (ray.serve._private.common.ReplicaState) that mean "on its way up".
+# Replica states in Serve's REST API (`/api/serve/applications/`) that mean "on its way up".
 _COMING_UP = {"STARTING", "UPDATING", "RECOVERING"}
 
 

@@ -31,14 +31,15 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from loadtests.config import LoadConfig
 from loadtests.locust_run import run_locust
+from loadtests.markdown import table as markdown_table
 from loadtests.metrics import Slo, summarize
 from loadtests.servers import CpuMeter, ServerProcess
-from loadtests.tables import markdown_table
 
 __all__ = ["CalibrationRow", "Ceiling", "build_parser", "load_ceiling", "main"]
 
@@ -166,12 +167,14 @@ def run_sglang_point(
     cpu = {"client": (_reaped_children_cpu() - before) / (time.monotonic() - t0), **server.stop()}
     if any(codes):
         raise RuntimeError(f"sglang.benchmark.serving failed (exit {codes}); see {out_dir}/sglang-*.log")
-    results = [json.loads((out_dir / f"sglang-{i}.jsonl").read_text().splitlines()[-1]) for i in range(processes)]
+    results = [
+        json.loads((out_dir / f"sglang-{i}.jsonl").read_text().splitlines()[-1]) for i in range(processes)
+    ]
     tok_s = sum(r["output_throughput"] for r in results)
     return tok_s, tok_s, cpu
 
 
-def calibrate(args: argparse.Namespace, log=print) -> dict:  # noqa: ANN001 - log: print-like
+def calibrate(args: argparse.Namespace, log=print) -> dict[str, Any]:  # noqa: ANN001 - log: print-like
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     port = args.port
@@ -212,10 +215,11 @@ def calibrate(args: argparse.Namespace, log=print) -> dict:  # noqa: ANN001 - lo
     return write(out, args, rows)
 
 
-def write(out: Path, args: argparse.Namespace, rows: list[CalibrationRow]) -> dict:
-    data = {
+def write(out: Path, args: argparse.Namespace, rows: list[CalibrationRow]) -> dict[str, Any]:
+    host = {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    data: dict[str, Any] = {
         "when": dt.datetime.now().isoformat(timespec="seconds"),
-        "host": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "host": host,
         "settings": {
             "step_ms": args.step_ms,
             "server_processes": args.server_processes,
@@ -227,18 +231,38 @@ def write(out: Path, args: argparse.Namespace, rows: list[CalibrationRow]) -> di
     }
     (out / "calibration.json").write_text(json.dumps(data, indent=2))
     table = markdown_table(
-        ["client", "processes", "concurrency", "offered chunks/s", "chunks/s", "client cores", "server cores", "limit"],
         [
-            [r.client, r.processes, r.concurrency, f"{r.offered_chunks_s:,.0f}", f"{r.chunks_s:,.0f}",
-             f"{r.client_cores:.2f}", f"{r.server_cores:.2f}", r.limit]
+            "client",
+            "processes",
+            "concurrency",
+            "offered chunks/s",
+            "chunks/s",
+            "client cores",
+            "server cores",
+            "limit",
+        ],
+        [
+            [
+                r.client,
+                r.processes,
+                r.concurrency,
+                f"{r.offered_chunks_s:,.0f}",
+                f"{r.chunks_s:,.0f}",
+                f"{r.client_cores:.2f}",
+                f"{r.server_cores:.2f}",
+                r.limit,
+            ]
             for r in rows
         ],  # fmt: skip
     )
     ceil = markdown_table(
         ["client", "processes", "ceiling chunks/s", "kind"],
-        [[c.client, c.processes, f"{c.chunks_s:,.0f}", "measured" if c.exact else "lower bound"] for c in ceilings(rows)],
+        [
+            [c.client, c.processes, f"{c.chunks_s:,.0f}", "measured" if c.exact else "lower bound"]
+            for c in ceilings(rows)
+        ],
     )
-    h = data["host"]
+    h = host
     (out / "calibration.md").write_text(
         f"# Load-generator calibration\n\n{data['when']} on {h['node']} ({h['cpus']} CPUs, Python {h['python']}); "
         f"null server: {args.server_processes} process(es), a chunk per stream every {args.step_ms:g} ms, "
@@ -255,7 +279,9 @@ def _ints(text: str) -> list[int]:
 def build_parser() -> argparse.ArgumentParser:
     cpus = os.cpu_count() or 2
     p = argparse.ArgumentParser(
-        prog="python -m loadtests.calibrate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m loadtests.calibrate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", type=Path, default=Path("out/calibration"))
     p.add_argument("--clients", type=lambda s: [c for c in s.split(",") if c], default=["locust"])

@@ -14,17 +14,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from deployments.config import ConfigError  # the one config error: one line, what and where
 from loadtests.metrics import Slo
 from loadtests.shapes import Schedule, parse_shape
 
-__all__ = ["ConfigError", "LoadConfig", "flag_name", "load_config"]
+__all__ = ["LoadConfig", "flag_name", "load_config"]
 
 Api = Literal["chat", "completions"]
 PromptSet = Literal["synthetic", "corpus"]
-
-
-class ConfigError(ValueError):
-    """A load-test setting that cannot be used."""
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """Every URL the load generator touches is built here, from the one configured host.
 
-The issue's rule is "no request sent anywhere but the configured host". Callers
+The load generator sends no request anywhere but the configured host. Callers
 never format URLs themselves: they ask a `HostBoundUrls` for a path, and it
 refuses anything that would leave the host (absolute URLs, scheme-relative
 `//other/`, userinfo tricks such as `@evil.example/`, other ports). HTTP
 clients in this package also turn redirects off, so a server cannot bounce a
-request elsewhere either.
+request elsewhere either (the app's own client, deployments.client, does the
+same for its paths).
 """
 
 from __future__ import annotations

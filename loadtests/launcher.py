@@ -32,9 +32,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
-import requests
+import httpx
 
-from loadtests.control import ControlError, SpecflipClient
+from deployments.client import ControlError, SpecflipClient
 
 __all__ = [
     "DEFAULT_SPECS",
@@ -66,13 +66,20 @@ class VariantSpec:
     label: str
 
 
-# The lead wires the real config files; `--variant-config VARIANT=PATH` replaces a path.
+# The CPU example configs; `--variant-config VARIANT=PATH` replaces a path (loadtests/h200_sweep.sh does).
 DEFAULT_SPECS: Mapping[Variant, VariantSpec] = {
     Variant.ON: VariantSpec(Variant.ON, "deployments/examples/cpu-tiny.yaml", "on", "speculation always ON"),
-    Variant.OFF: VariantSpec(Variant.OFF, "deployments/examples/cpu-tiny.yaml", "off", "speculation always OFF"),
-    Variant.DYNAMIC: VariantSpec(Variant.DYNAMIC, "deployments/examples/cpu-tiny.yaml", "auto", "specflip dynamic policy"),
+    Variant.OFF: VariantSpec(
+        Variant.OFF, "deployments/examples/cpu-tiny.yaml", "off", "speculation always OFF"
+    ),
+    Variant.DYNAMIC: VariantSpec(
+        Variant.DYNAMIC, "deployments/examples/cpu-tiny.yaml", "auto", "specflip dynamic policy"
+    ),
     Variant.ADAPTIVE: VariantSpec(
-        Variant.ADAPTIVE, "deployments/examples/cpu-tiny-adaptive.yaml", None, "SGLang speculative_adaptive (steps [0,1,3])"
+        Variant.ADAPTIVE,
+        "deployments/examples/cpu-tiny-adaptive.yaml",
+        None,
+        "SGLang speculative_adaptive (steps [0,1,3])",
     ),
 }
 
@@ -129,7 +136,7 @@ class ExternalApp:
         log: Callable[[str], None] = print,
     ) -> None:
         self.url = url.rstrip("/")
-        self.client = SpecflipClient(self.url, token)
+        self.client = SpecflipClient(self.url, token, timeout=10.0)
         self.specs = specs
         self.log = log
         self._found: dict[str, str] | None = None  # replica -> override before we touched it
@@ -144,7 +151,7 @@ class ExternalApp:
                 f"variant {variant.value} needs its own app ({spec.config}): use --launch-cmd"
             )
         if self._found is None:
-            self._found = {s.replica_id: s.override for s in self.client.status() or []}
+            self._found = {r["replica_id"]: r.get("override", "auto") for r in self.client.replicas()}
         _apply_override(self.client, spec, self.log)
         return self.url
 
@@ -160,7 +167,7 @@ class ExternalApp:
             else:
                 for rid, mode in found.items():
                     self.client.override(mode, replica_id=rid)
-        except (ControlError, requests.RequestException) as e:
+        except (ControlError, httpx.HTTPError) as e:
             self.log(f"[launch] could not restore the overrides {found}: {e}")
 
 
@@ -220,7 +227,8 @@ class CommandLauncher:
         if self.proc is None or self.proc.poll() is not None or self.config != spec.config:
             self.stop()
             self._launch(spec)
-        _apply_override(SpecflipClient(self.url, self.token), spec, self.log)
+        with SpecflipClient(self.url, self.token, timeout=10.0) as client:
+            _apply_override(client, spec, self.log)
         return self.url
 
     def _launch(self, spec: VariantSpec) -> None:
@@ -244,7 +252,10 @@ class CommandLauncher:
         return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-n:])
 
     def _wait_ready(self, spec: VariantSpec) -> None:
-        client = SpecflipClient(self.url, self.token, timeout=5.0)
+        with SpecflipClient(self.url, self.token, timeout=5.0) as client:
+            self._poll_ready(spec, client)
+
+    def _poll_ready(self, spec: VariantSpec, client: SpecflipClient) -> None:
         t0 = time.time()
         next_note = t0 + self.progress_every
         while True:
@@ -264,7 +275,7 @@ class CommandLauncher:
                             f"[launch] variant={spec.variant.value} ready at {self.url} in {time.time() - t0:.0f}s"
                         )
                         return
-            except (requests.RequestException, ValueError):
+            except (httpx.HTTPError, ValueError):
                 pass
             now = time.time()
             if now - t0 > self.ready_timeout:

@@ -16,6 +16,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from loadtests.records import RequestRecord
 
 __all__ = [
@@ -32,16 +34,13 @@ CANCELLED = "cancelled"
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default method); None for no values."""
-    if not values:
-        return None
+    """numpy's percentile (linear interpolation); None for no values. The one percentile of the
+    load tests, benchmarks, simulator report and demo."""
     if not 0 <= p <= 100:
         raise ValueError(f"percentile must be in [0, 100], got {p}")
-    xs = sorted(values)
-    rank = p / 100 * (len(xs) - 1)
-    lo = math.floor(rank)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
+    if len(values) == 0:
+        return None
+    return float(np.percentile(values, p))
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,13 @@ __all__ = ["NullEngine", "main", "serve_forever"]
 
 MODEL = "null"
 _TOKEN = b" tok"
-_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed", 411: b"Length Required"}
+_REASONS = {
+    200: b"OK",
+    400: b"Bad Request",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    411: b"Length Required",
+}
 
 
 def _frame(payload: bytes) -> bytes:
@@ -48,9 +54,22 @@ def _event(obj: dict[str, Any]) -> bytes:
 class _Stream:
     """One streamed response: pre-built byte templates, tokens left, the connection it writes to."""
 
-    __slots__ = ("conn", "left", "sent", "per_chunk", "head", "tail", "chat", "base", "usage", "prompt_tokens")
+    __slots__ = (
+        "conn",
+        "left",
+        "sent",
+        "per_chunk",
+        "head",
+        "tail",
+        "chat",
+        "base",
+        "usage",
+        "prompt_tokens",
+    )
 
-    def __init__(self, conn: _Http, body: dict[str, Any], chat: bool, max_tokens: int, per_chunk: int) -> None:
+    def __init__(
+        self, conn: _Http, body: dict[str, Any], chat: bool, max_tokens: int, per_chunk: int
+    ) -> None:
         self.conn, self.chat, self.left, self.sent, self.per_chunk = conn, chat, max_tokens, 0, per_chunk
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.base = {
@@ -75,7 +94,12 @@ class _Stream:
     def first(self) -> bytes:
         if not self.chat:
             return b""
-        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        choice = {
+            "index": 0,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
         return _frame(_event({**self.base, "choices": [choice]}))
 
     def step(self) -> bytes:
@@ -89,7 +113,12 @@ class _Stream:
 
     def last(self) -> bytes:
         key = "delta" if self.chat else "text"
-        choice = {"index": 0, key: {"content": ""} if self.chat else "", "logprobs": None, "finish_reason": "length"}
+        choice = {
+            "index": 0,
+            key: {"content": ""} if self.chat else "",
+            "logprobs": None,
+            "finish_reason": "length",
+        }
         out = _frame(_event({**self.base, "choices": [choice]}))
         if self.usage:
             usage = _usage(self.prompt_tokens, self.sent)
@@ -213,7 +242,9 @@ class _Http(asyncio.Protocol):
         method, path, *_ = (head[0].split(" ") + ["", ""])[:3]
         headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:])}
         if "chunked" in headers.get("transfer-encoding", "").lower():
-            self._reply(411, {"error": {"message": "chunked request bodies are not supported"}}, consumed=end + 4)
+            self._reply(
+                411, {"error": {"message": "chunked request bodies are not supported"}}, consumed=end + 4
+            )
             return
         length = int(headers.get("content-length") or 0)
         if len(self.buf) < end + 4 + length:
@@ -225,7 +256,9 @@ class _Http(asyncio.Protocol):
 
     async def _handle(self, method: str, path: str, body: bytes) -> None:
         if path in ("/health", "/v1/models") and method == "GET":
-            data = [{"id": MODEL, "object": "model", "created": 0, "owned_by": "specflip-null"}]
+            data: list[dict[str, Any]] = [
+                {"id": MODEL, "object": "model", "created": 0, "owned_by": "specflip-null"}
+            ]
             self._reply(200, {"object": "list", "data": data} if path == "/v1/models" else {"status": "ok"})
             return
         if path not in ("/v1/chat/completions", "/v1/completions"):
@@ -255,9 +288,11 @@ class _Http(asyncio.Protocol):
             return
         await self.engine.wait_steps(-(-max_tokens // self.engine.per_chunk))
         text = (_TOKEN * max_tokens).decode()
-        message = {"role": "assistant", "content": text} if chat else None
-        choice = {"index": 0, "logprobs": None, "finish_reason": "length"}
-        choice.update({"message": message} if chat else {"text": text})
+        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length"}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
         base = {**stream.base, "object": "chat.completion" if chat else "text_completion"}
         self._reply(200, {**base, "choices": [choice], "usage": _usage(stream.prompt_tokens, max_tokens)})
 
@@ -295,7 +330,9 @@ def serve_forever(host: str, port: int, step_ms: float, tokens_per_chunk: int) -
 
     async def run() -> None:
         engine = NullEngine(step_ms / 1e3, tokens_per_chunk)
-        server = await asyncio.get_running_loop().create_server(lambda: _Http(engine), sock=_listen(host, port))
+        server = await asyncio.get_running_loop().create_server(
+            lambda: _Http(engine), sock=_listen(host, port)
+        )
         async with server:
             await engine.run()
 
@@ -306,9 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m loadtests.nullserver", description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8199)
-    p.add_argument("--step-ms", type=float, default=1.0, help="time between chunks of a stream (0: as fast as it can)")
+    p.add_argument(
+        "--step-ms", type=float, default=1.0, help="time between chunks of a stream (0: as fast as it can)"
+    )
     p.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens each chunk carries")
-    p.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="server processes")
+    p.add_argument(
+        "--processes", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="server processes"
+    )
     return p
 
 
@@ -320,7 +361,11 @@ def main(argv: list[str] | None = None) -> int:
     _listen(args.host, args.port).close()  # fail here, in one line, if the port is taken
     ctx = multiprocessing.get_context("spawn")
     procs = [
-        ctx.Process(target=serve_forever, args=(args.host, args.port, args.step_ms, args.tokens_per_chunk), daemon=True)
+        ctx.Process(
+            target=serve_forever,
+            args=(args.host, args.port, args.step_ms, args.tokens_per_chunk),
+            daemon=True,
+        )
         for _ in range(args.processes)
     ]
     for proc in procs:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from loadtests.tables import markdown_table
+from loadtests.markdown import table as markdown_table
 
 __all__ = ["ProcessProfile", "profiles_markdown", "record", "serving_processes", "summarize_raw"]
 
@@ -127,7 +127,11 @@ def record(pids: dict[str, int], seconds: float, out_dir: Path, rate: int = 50) 
         if proc is not None:
             _, err = proc.communicate(timeout=seconds + 60)
             if proc.returncode:
-                prof.error = err.decode(errors="replace").strip().splitlines()[-1:][0][:200] if err else "py-spy failed"
+                prof.error = (
+                    err.decode(errors="replace").strip().splitlines()[-1:][0][:200]
+                    if err
+                    else "py-spy failed"
+                )
     if not procs:
         time.sleep(seconds)
     wall = max(1e-6, time.monotonic() - t0)
@@ -148,7 +152,13 @@ def profiles_markdown(title: str, profiles: list[ProcessProfile], seconds: float
         markdown_table(
             ["process", "pid", "CPU (cores)", "py-spy samples busy", "error"],
             [
-                [p.name, p.pid, f"{p.cpu_cores:.2f}", f"{p.samples} ({p.samples / (rate * seconds):.0%})", p.error]
+                [
+                    p.name,
+                    p.pid,
+                    f"{p.cpu_cores:.2f}",
+                    f"{p.samples} ({p.samples / (rate * seconds):.0%})",
+                    p.error,
+                ]
                 for p in profiles
             ],
         )

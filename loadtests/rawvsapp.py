@@ -96,7 +96,9 @@ def _locust_pids() -> dict[str, int]:
     import psutil
 
     found = {}
-    for i, p in enumerate(p for p in psutil.Process().children(recursive=True) if "locust" in " ".join(p.cmdline())):
+    for i, p in enumerate(
+        p for p in psutil.Process().children(recursive=True) if "locust" in " ".join(p.cmdline())
+    ):
         found[f"client-{i}"] = p.pid
     return found
 
@@ -134,7 +136,9 @@ class Bench:
                 profiler = None
                 if stream and c == a.profile_at:
                     seconds = max(2.0, min(10.0, a.duration - 2))
-                    profiler = _Profiler(server_pids, a.warmup, seconds, self.out / "profiles" / f"{target}-{spec}")
+                    profiler = _Profiler(
+                        server_pids, a.warmup, seconds, self.out / "profiles" / f"{target}-{spec}"
+                    )
                 run = run_locust(
                     url, cfg, run_dir, processes=a.locust_processes, on_progress=profiler, progress_every=0.5
                 )
@@ -166,9 +170,10 @@ class Bench:
         try:
             url = f"http://127.0.0.1:{port}"
             took = server.wait_ready(url + "/v1/models", a.ready_timeout)
-            from loadtests.control import SpecflipClient
+            from deployments.client import SpecflipClient
 
-            SpecflipClient(url).probe(_model_id(a.config), api=a.api)
+            with SpecflipClient(url, timeout=60) as client:
+                client.probe(_model_id(a.config), api=a.api)
             self.log(f"[rawvsapp] raw SGLang server up in {took:.0f} s (speculation {spec})")
             self.measure(url, "raw", spec, serving_processes("raw", server.pid))
         finally:
@@ -178,7 +183,8 @@ class Bench:
         a = self.args
         token = os.environ.get("SPECFLIP_CONTROL_TOKEN") or "rawvsapp"
         variant_specs = {
-            Variant(s): VariantSpec(Variant(s), str(a.config), s, f"speculation {s} by override") for s in specs
+            Variant(s): VariantSpec(Variant(s), str(a.config), s, f"speculation {s} by override")
+            for s in specs
         }
         env = {**os.environ, "SPECFLIP_CONTROL_TOKEN": token}
         launcher = CommandLauncher(
@@ -212,7 +218,9 @@ def _model_id(config: Path) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m loadtests.rawvsapp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m loadtests.rawvsapp",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", type=Path, required=True, help="specflip config (its engine args serve both)")
     p.add_argument("--speculation", default="off,on", help="comma list of off,on")
@@ -226,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--locust-processes", type=int, default=1)
     p.add_argument("--calibration", type=Path, help="calibration.json of loadtests.calibrate on this host")
-    p.add_argument("--max-load", type=float, default=0.7, help="largest client load (of its ceiling) reported")
+    p.add_argument(
+        "--max-load", type=float, default=0.7, help="largest client load (of its ceiling) reported"
+    )
     p.add_argument("--profile-at", type=int, help="profile the streaming point at this concurrency (py-spy)")
     p.add_argument("--ready-timeout", type=float, default=900.0)
     p.add_argument("--raw-arg", dest="raw_args", action="append", default=[], help="extra launch_server flag")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from loadtests.tables import markdown_table
+from loadtests.markdown import table as markdown_table
 
 __all__ = ["comparisons", "write_report"]
 
@@ -48,12 +48,21 @@ def _table(rows: list[dict[str, Any]]) -> str:
         ratio = "client-bound" if r["client_bound"] else _f(r["ratio"], "{:.3f}x")
         body.append(
             [
-                r["concurrency"], _f(raw["output_tok_s"]), _f(app["output_tok_s"]), ratio,
-                _f(raw["ttft_p50_ms"], "{:.1f}"), _f(app["ttft_p50_ms"], "{:.1f}"), _f(r["ttft_overhead_ms"], "{:+.1f}"),
-                _f(raw["ttft_p99_ms"], "{:.0f}"), _f(app["ttft_p99_ms"], "{:.0f}"),
-                _f(raw["tpot_p50_ms"], "{:.2f}"), _f(app["tpot_p50_ms"], "{:.2f}"),
-                _f(raw["itl_p99_ms"], "{:.1f}"), _f(app["itl_p99_ms"], "{:.1f}"),
-                _f(r["client_load"], "{:.0%}"), f"{raw['errors']}/{app['errors']}",
+                r["concurrency"],
+                _f(raw["output_tok_s"]),
+                _f(app["output_tok_s"]),
+                ratio,
+                _f(raw["ttft_p50_ms"], "{:.1f}"),
+                _f(app["ttft_p50_ms"], "{:.1f}"),
+                _f(r["ttft_overhead_ms"], "{:+.1f}"),
+                _f(raw["ttft_p99_ms"], "{:.0f}"),
+                _f(app["ttft_p99_ms"], "{:.0f}"),
+                _f(raw["tpot_p50_ms"], "{:.2f}"),
+                _f(app["tpot_p50_ms"], "{:.2f}"),
+                _f(raw["itl_p99_ms"], "{:.1f}"),
+                _f(app["itl_p99_ms"], "{:.1f}"),
+                _f(r["client_load"], "{:.0%}"),
+                f"{raw['errors']}/{app['errors']}",
             ]  # fmt: skip
         )
     header = [
@@ -88,12 +97,17 @@ def _goals(rows: list[dict[str, Any]]) -> list[str]:
     if bound:
         lines.append(
             "- not reported (the client ran above its calibrated limit): "
-            + ", ".join(f"{r['speculation']}/{'stream' if r['stream'] else 'plain'}/c={r['concurrency']}" for r in bound)
+            + ", ".join(
+                f"{r['speculation']}/{'stream' if r['stream'] else 'plain'}/c={r['concurrency']}"
+                for r in bound
+            )
         )
     return lines
 
 
-def write_report(path: Path, data: dict[str, Any], profiles: list[str], notes: list[str], max_load: float) -> None:
+def write_report(
+    path: Path, data: dict[str, Any], profiles: list[str], notes: list[str], max_load: float
+) -> None:
     s = data["settings"]
     rows = comparisons(data["points"], max_load)
     ceiling = data.get("ceiling_chunks_s")
@@ -119,7 +133,12 @@ def write_report(path: Path, data: dict[str, Any], profiles: list[str], notes: l
         for stream in (True, False):
             part = [r for r in rows if r["speculation"] == spec and r["stream"] == stream]
             if part:
-                lines += ["", f"## Speculation {spec}, {'streaming' if stream else 'not streamed'}", "", _table(part)]
+                lines += [
+                    "",
+                    f"## Speculation {spec}, {'streaming' if stream else 'not streamed'}",
+                    "",
+                    _table(part),
+                ]
     if profiles:
         lines += ["", "## Profiles", "", *profiles]
     path.write_text("\n".join(lines) + "\n")

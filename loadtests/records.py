@@ -111,7 +111,14 @@ class StreamAccumulator:
         return len(self.token_times), "chunks"
 
     def finish(
-        self, end: float, status: int, *, error: str = "", api: str = "chat", users: int = 0, streamed: bool = True
+        self,
+        end: float,
+        status: int,
+        *,
+        error: str = "",
+        api: str = "chat",
+        users: int = 0,
+        streamed: bool = True,
     ) -> RequestRecord:
         """The record of this request; ok only with HTTP 200, no error and a [DONE] or finish_reason
         (and, when streamed, at least one token chunk)."""

@@ -76,7 +76,9 @@ class ServerProcess:
             now = time.monotonic()
             if now - t0 > timeout_s:
                 self.stop()
-                raise ServerError(f"{url} did not answer within {timeout_s:.0f} s; last lines:\n{self.tail()}")
+                raise ServerError(
+                    f"{url} did not answer within {timeout_s:.0f} s; last lines:\n{self.tail()}"
+                )
             if now >= next_note:
                 self.log(f"[server] waiting for {url} ({now - t0:.0f} s)")
                 next_note = now + progress_every_s

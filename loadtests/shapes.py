@@ -7,10 +7,12 @@ Shapes are written as short specs (the CLI and the locustfile use the same ones)
     transition:low=2,high=32,low_s=30,high_s=60,tail_s=30    # low -> high -> low
     poisson:rate=4,users=64,duration=60                      # open loop, 4 req/s
 
-`Schedule.tick(t)` answers what Locust's `LoadTestShape.tick()` wants at run time
-`t`: (users, spawn_rate), or None when the test is over. Users are spawned at
-`spawn_rate` per second (Locust stops users at that rate too); by default it is
-the largest phase's user count, so every change of level takes about one second.
+A schedule is a sequence of `Phase`s (`policy.sim.trace.Phase`, the one load-phase type, shared
+with the simulator and `specflip demo`) run back to back. `Schedule.tick(t)` answers what
+Locust's `LoadTestShape.tick()` wants at run time `t`: (users, spawn_rate), or None when the
+test is over. Users are spawned at `spawn_rate` per second (Locust stops users at that rate
+too); by default it is the largest phase's user count, so every change of level takes about
+one second.
 
 Poisson arrivals (open loop): Locust users are closed-loop (one request at a time
 each), so a pool of `users` paces itself: each user draws its next *start time*
@@ -28,72 +30,75 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["Phase", "PoissonPacer", "Schedule", "ShapeError", "parse_shape"]
+from policy.sim.trace import Phase
+
+__all__ = ["Phase", "PoissonPacer", "Schedule", "ShapeError", "parse_shape", "phase_bounds"]
 
 
 class ShapeError(ValueError):
     """A shape spec that cannot be run."""
 
 
-@dataclass(frozen=True)
-class Phase:
-    """`users` concurrent users from `start` to `end` seconds of run time."""
-
-    name: str
-    start: float
-    end: float
-    users: int
-    spawn_rate: float
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
+def phase_bounds(phases: tuple[Phase, ...]) -> tuple[tuple[Phase, float, float], ...]:
+    """(phase, start, end) in run-time seconds, the phases back to back from 0."""
+    out, t = [], 0.0
+    for p in phases:
+        out.append((p, t, t + p.duration_s))
+        t += p.duration_s
+    return tuple(out)
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """Consecutive phases; `rate` (requests/s) is set for Poisson arrivals only."""
+    """Consecutive phases; a `poisson` schedule's one phase carries the arrival rate (rate_rps)."""
 
     kind: str
     phases: tuple[Phase, ...]
-    rate: float | None = None
+    spawn_rate: float  # users started (and stopped) per second at a change of level
+
+    def bounds(self) -> tuple[tuple[Phase, float, float], ...]:
+        return phase_bounds(self.phases)
 
     @property
     def duration(self) -> float:
-        return self.phases[-1].end
+        return sum(p.duration_s for p in self.phases)
 
     @property
     def max_users(self) -> int:
         return max(p.users for p in self.phases)
 
+    @property
+    def rate(self) -> float | None:
+        """Requests per second of Poisson arrivals (None: closed-loop users)."""
+        return self.phases[0].rate_rps if self.kind == "poisson" else None
+
     def phase_at(self, t: float) -> Phase | None:
-        for p in self.phases:
-            if p.start <= t < p.end:
+        for p, start, end in self.bounds():
+            if start <= t < end:
                 return p
         return None
 
     def tick(self, t: float) -> tuple[int, float] | None:
         p = self.phase_at(t)
-        return None if p is None else (p.users, p.spawn_rate)
+        return None if p is None else (p.users, self.spawn_rate)
 
     @property
     def rate_per_user(self) -> float | None:
         return None if self.rate is None else self.rate / self.max_users
 
 
-def _phases(named: list[tuple[str, float, int]], spawn_rate: float | None) -> tuple[Phase, ...]:
+def _schedule(
+    kind: str, named: list[tuple[str, float, int]], spawn_rate: float | None, rate: float = 0.0
+) -> Schedule:
     # Locust uses the spawn rate for stopping users too: default to the largest phase,
     # so every change of level (up or down) completes within about one second.
-    rate = spawn_rate or float(max(users for _, _, users in named))
-    out, t = [], 0.0
     for name, dur, users in named:
         if dur <= 0:
             raise ShapeError(f"phase {name!r} needs a positive duration, got {dur}")
         if users < 1:
             raise ShapeError(f"phase {name!r} needs at least 1 user, got {users}")
-        out.append(Phase(name, t, t + dur, users, rate))
-        t += dur
-    return tuple(out)
+    phases = tuple(Phase(name, dur, users=users, rate_rps=rate) for name, dur, users in named)
+    return Schedule(kind, phases, spawn_rate or float(max(users for _, _, users in named)))
 
 
 def parse_shape(spec: str) -> Schedule:
@@ -119,7 +124,7 @@ def parse_shape(spec: str) -> Schedule:
     spawn = num("spawn_rate", 0.0) or None
     if kind == "fixed":
         users, dur = int(num("users")), num("duration")
-        sched = Schedule("fixed", _phases([(f"c={users}", dur, users)], spawn))
+        sched = _schedule("fixed", [(f"c={users}", dur, users)], spawn)
     elif kind == "steps":
         try:
             levels = [int(u) for u in args.pop("users", "").split("/") if u]
@@ -128,20 +133,20 @@ def parse_shape(spec: str) -> Schedule:
         if not levels:
             raise ShapeError(f"steps needs users=1/2/4 (spec {spec!r})")
         step = num("step")
-        sched = Schedule("steps", _phases([(f"c={u}", step, u) for u in levels], spawn))
+        sched = _schedule("steps", [(f"c={u}", step, u) for u in levels], spawn)
     elif kind == "transition":
         low, high = int(num("low")), int(num("high"))
         if high <= low:
             raise ShapeError(f"transition needs high > low, got low={low} high={high}")
         low_s, high_s, tail_s = num("low_s"), num("high_s"), num("tail_s")
-        sched = Schedule(
-            "transition", _phases([("low", low_s, low), ("high", high_s, high), ("low2", tail_s, low)], spawn)
+        sched = _schedule(
+            "transition", [("low", low_s, low), ("high", high_s, high), ("low2", tail_s, low)], spawn
         )
     elif kind == "poisson":
         rate, users, dur = num("rate"), int(num("users")), num("duration")
         if rate <= 0:
             raise ShapeError(f"poisson rate must be > 0, got {rate}")
-        sched = Schedule("poisson", _phases([(f"rate={rate:g}/s", dur, users)], spawn), rate=rate)
+        sched = _schedule("poisson", [(f"rate={rate:g}/s", dur, users)], spawn, rate=rate)
     else:
         raise ShapeError(f"unknown shape {kind!r}: use fixed, steps, transition or poisson")
     if args:

@@ -21,8 +21,9 @@ import os
 import sys
 from pathlib import Path
 
+from deployments.client import ControlError, SpecflipClient
 from loadtests.config import LoadConfig
-from loadtests.control import ControlError, SpecflipClient, StatusPoller, mean_accept_length, on_fraction
+from loadtests.control import StatusPoller, mean_accept_length, on_fraction
 from loadtests.launcher import (
     DEFAULT_SPECS,
     AppLauncher,
@@ -37,7 +38,7 @@ from loadtests.metrics import Slo, summarize, throughput_timeline
 from loadtests.records import RequestRecord
 from loadtests.report import write_outputs
 from loadtests.results import PhaseResult, ResultRow, SweepResults, TransitionResult
-from loadtests.shapes import Phase, parse_shape
+from loadtests.shapes import Schedule, parse_shape, phase_bounds
 
 __all__ = ["build_parser", "concurrency_levels", "main", "run_sweep"]
 
@@ -136,8 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
 class _Progress:
     """Prints `[sweep] variant=on c=4 12/30s ok=18 err=0 tok/s=...` lines while Locust runs."""
 
-    def __init__(self, label: str, total_s: float, phases: tuple[Phase, ...] = ()) -> None:
-        self.label, self.total_s, self.t_first, self.phases = label, total_s, 0.0, phases
+    def __init__(self, label: str, total_s: float, schedule: Schedule | None = None) -> None:
+        self.label, self.total_s, self.t_first, self.schedule = label, total_s, 0.0, schedule
         self.poller: StatusPoller | None = None
 
     def __call__(self, now: float, records: list[RequestRecord]) -> None:
@@ -152,7 +153,7 @@ class _Progress:
         tok_s = sum(r.output_tokens for r in recent) / span
         elapsed = min(now - self.t_first, self.total_s)
         line = f"[sweep] {self.label} {elapsed:.0f}/{self.total_s:.0f}s "
-        phase = next((p for p in self.phases if p.start <= elapsed < p.end), None)
+        phase = None if self.schedule is None else self.schedule.phase_at(elapsed)
         if phase is not None:
             line += f"phase={phase.name} users={phase.users} "
         line += f"ok={ok} err={len(done) - ok} tok/s={tok_s:.1f}"
@@ -231,7 +232,7 @@ def _run_variant(
 ) -> None:
     out: Path = args.out
     url = launcher.start(variant)
-    client = SpecflipClient(url, args.token)
+    client = SpecflipClient(url, args.token, timeout=10.0)
     model = args.model or client.models()[0]
     res.settings["model"] = model
     client.probe(model, args.api)
@@ -279,7 +280,7 @@ def _run_transition(
 ) -> TransitionResult:
     shape_cfg = cfg.replace(shape=_transition_spec(args.transition))
     total = shape_cfg.schedule.duration
-    progress = _Progress(f"variant={variant.value} transition", total, shape_cfg.schedule.phases)
+    progress = _Progress(f"variant={variant.value} transition", total, shape_cfg.schedule)
     with StatusPoller(client, interval=args.poll_interval) as poller:
         progress.poller = poller
         run = run_locust(
@@ -293,9 +294,9 @@ def _run_transition(
         )
     t0 = run.load_start  # phase times count from the first request (see LocustRun.load_start)
     phases = []
-    for p in run.phases:
-        s = summarize(run.records, t0 + p.start, t0 + p.end, slo)
-        phases.append(PhaseResult(p.name, p.start, p.end, p.users, s))
+    for p, start, end in phase_bounds(run.phases):
+        s = summarize(run.records, t0 + start, t0 + end, slo)
+        phases.append(PhaseResult(p.name, start, end, p.users, s))
     tok_s = throughput_timeline(run.records, t0, t0 + total, 1.0)
     samples = [s for s in poller.samples if t0 <= s.t <= t0 + total]
     if not poller.available:

@@ -9,7 +9,12 @@ from __future__ import annotations
 import importlib
 
 __all__ = [
-    "SGLANG_VERSION", "SpecFlipEngine", "SpeculationState", "Strategy", "SwitchConfig", "cpu_engine_kwargs",
+    "SGLANG_VERSION",
+    "SpecFlipEngine",
+    "SpeculationState",
+    "Strategy",
+    "SwitchConfig",
+    "cpu_engine_kwargs",
     "install",
 ]
 

@@ -37,7 +37,9 @@ class SpecFlipEngine(Engine):
     def __init__(self, switch: SwitchConfig | None = None, **engine_kwargs):
         check_sglang_version()
         self.switch_config = switch or SwitchConfig()
-        self.run_scheduler_process_func = functools.partial(run_scheduler_process, self.switch_config.to_json())
+        self.run_scheduler_process_func = functools.partial(
+            run_scheduler_process, self.switch_config.to_json()
+        )
         self._rpc_lock = threading.Lock()
         super().__init__(**engine_kwargs)
 
@@ -97,19 +99,39 @@ class SpecFlipEngine(Engine):
         return SpeculationState.from_json(json.dumps(self._specflip_rpc("specflip_state")))
 
 
-def cpu_engine_kwargs(model_path: str, draft_path: str | None, *, steps: int = 3, topk: int = 1,
-                      draft_tokens: int = 4, max_total_tokens: int = 8192, **extra) -> dict:
+def cpu_engine_kwargs(
+    model_path: str,
+    draft_path: str | None,
+    *,
+    steps: int = 3,
+    topk: int = 1,
+    draft_tokens: int = 4,
+    max_total_tokens: int = 8192,
+    **extra,
+) -> dict:
     """Engine keywords that run the real engine on CPU (fp32, eager, the shim's attention backend)."""
-    kw = dict(model_path=model_path, device="cpu", dtype="float32", disable_cuda_graph=True,
-              max_total_tokens=max_total_tokens, skip_server_warmup=True, log_level="error",
-              attention_backend="torch_native", sleep_on_idle=True)  # an idle scheduler must not spin a core
+    kw = dict(
+        model_path=model_path,
+        device="cpu",
+        dtype="float32",
+        disable_cuda_graph=True,
+        max_total_tokens=max_total_tokens,
+        skip_server_warmup=True,
+        log_level="error",
+        attention_backend="torch_native",
+        sleep_on_idle=True,
+    )  # an idle scheduler must not spin a core
     if draft_path:
         from patched_worker.cpu.shim import keep_intel_amx_backend
 
         keep_intel_amx_backend()
-        kw.update(attention_backend="intel_amx", speculative_algorithm="EAGLE3",
-                  speculative_draft_model_path=draft_path, speculative_num_steps=steps,
-                  speculative_eagle_topk=topk, speculative_num_draft_tokens=draft_tokens)
+        kw.update(
+            attention_backend="intel_amx",
+            speculative_algorithm="EAGLE3",
+            speculative_draft_model_path=draft_path,
+            speculative_num_steps=steps,
+            speculative_eagle_topk=topk,
+            speculative_num_draft_tokens=draft_tokens,
+        )
     kw.update(extra)
     return kw
-

@@ -65,8 +65,9 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
             switch_of(self).note_prefill()
             return upstream_forward(self, batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
-        return switch_of(self).decode_step(functools.partial(upstream_forward, self), batch, on_publish,
-                                           grammar_barrier)
+        return switch_of(self).decode_step(
+            functools.partial(upstream_forward, self), batch, on_publish, grammar_barrier
+        )
 
     @functools.wraps(upstream_init_graphs)
     def init_cuda_graphs(self):
@@ -84,8 +85,10 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
     def _switch(scheduler):
         worker = getattr(scheduler, "draft_worker", None)
         if not isinstance(worker, EAGLEWorkerV2):
-            raise RuntimeError("this engine runs no EAGLE speculative decoding (speculative_algorithm unset, "
-                               f"or a worker specflip does not patch: {type(worker).__name__})")
+            raise RuntimeError(
+                "this engine runs no EAGLE speculative decoding (speculative_algorithm unset, "
+                f"or a worker specflip does not patch: {type(worker).__name__})"
+            )
         return switch_of(worker)
 
     def specflip_set_speculation(self, enabled: bool) -> dict:
@@ -130,11 +133,19 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
     Scheduler.specflip_set_speculation = specflip_set_speculation
     Scheduler.specflip_state = specflip_state
     Scheduler.specflip_configure = specflip_configure
-    _INSTALLED = PatchStatus(True, version, (
-        "EAGLEWorkerV2.forward_batch_generation", "EAGLEWorkerV2.on_verify_complete_cpu",
-        "EAGLEWorkerV2.init_cuda_graphs",
-        "Scheduler.handle_rpc_request", "Scheduler.specflip_set_speculation", "Scheduler.specflip_state",
-        "Scheduler.specflip_configure"))
+    _INSTALLED = PatchStatus(
+        True,
+        version,
+        (
+            "EAGLEWorkerV2.forward_batch_generation",
+            "EAGLEWorkerV2.on_verify_complete_cpu",
+            "EAGLEWorkerV2.init_cuda_graphs",
+            "Scheduler.handle_rpc_request",
+            "Scheduler.specflip_set_speculation",
+            "Scheduler.specflip_state",
+            "Scheduler.specflip_configure",
+        ),
+    )
     return _INSTALLED
 
 

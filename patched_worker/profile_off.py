@@ -40,7 +40,9 @@ def maybe_wrap(switch_cls) -> None:
             prof.__exit__(None, None, None)
             ka = prof.key_averages()
             with open(path, "a") as f:
-                f.write(f"== {count} OFF steps, strategy {self.config.strategy.value}, batch {len(batch.seq_lens)}\n")
+                f.write(
+                    f"== {count} OFF steps, strategy {self.config.strategy.value}, batch {len(batch.seq_lens)}\n"
+                )
                 f.write(ka.table(sort_by="self_cpu_time_total", row_limit=35) + "\n")
             state["n"] = 0
         return result

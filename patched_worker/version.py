@@ -25,5 +25,6 @@ def check_sglang_version() -> str:
     if found != SGLANG_VERSION:
         raise UnsupportedSGLangVersion(
             f"specflip patches SGLang {SGLANG_VERSION} exactly, found {found or 'no sglang'}: "
-            f"run `pip install sglang=={SGLANG_VERSION}` (or a specflip release that supports {found})")
+            f"run `pip install sglang=={SGLANG_VERSION}` (or a specflip release that supports {found})"
+        )
     return found

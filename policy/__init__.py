@@ -1,9 +1,9 @@
-"""Speculation policy: pure decision rules, the Ray actor that applies them, a fleet simulator.
+"""Speculation policy: pure decision rules and the Ray actor that applies them.
 
-Pure (no ray/torch/sglang): types, state, costmodel, rules (`decide`), fleet (the actor's
-memory), metrics, sim_model, sim_trace, sim, sim_report, bench. The Ray shell is
-`policy.actor` (SpeculationPolicy, PolicyClient, get_or_create_policy_actor); it is not
-imported here so that `import policy` never pulls in Ray.
+Pure (no ray/torch/sglang): types, state, costmodel, reports, rules (`decide`), fleet (the
+actor's memory), metrics. The Ray shell is `policy.actor` (SpeculationPolicy, PolicyClient,
+get_or_create_policy_actor); it is not imported here so that `import policy` never pulls in Ray.
+`policy.sim` is the fleet simulator (pure too): tooling, which serving code never imports.
 """
 
 from policy.rules import decide

@@ -12,9 +12,11 @@ after a restart); `tick_now()` runs a tick on demand (operators, tests).
 Restarts. Create it with `get_or_create_policy_actor` (named, `max_restarts=-1`). A
 restarted actor starts empty and rebuilds its view from the next reports: replicas
 re-register by reporting, and `Observation.mode_age_s` (filled in by PolicyClient)
-restores each replica's dwell. Operator overrides live in actor memory and are lost
-on a restart (`status().restarted` says so); re-apply them. `max_task_retries=0`: a
-report lost with the actor is not replayed (the replica's next tick sends a fresh one).
+restores each replica's dwell. Operator overrides outlive a restart: each replica's
+PolicyClient reports back the override the actor last answered with (`Observation.override`),
+and an actor that does not know the replica takes it back from that first report
+(`FleetView.report`); `status().restarted` says the view was rebuilt. `max_task_retries=0`:
+a report lost with the actor is not replayed (the replica's next tick sends a fresh one).
 
 Fallback. `PolicyClient` gives each report a short timeout. After `fail_after`
 consecutive failures it decides locally with the same pure rules on the replica's own

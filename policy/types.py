@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "ClientDecision",
@@ -24,6 +25,7 @@ __all__ = [
     "Reason",
     "ReplicaStatus",
     "Rule",
+    "SETTING",
     "SetSpeculation",
     "SpecMode",
     "TickStats",
@@ -162,9 +164,21 @@ class ClientState:
     desired: SpecMode | None  # the last desired mode handed out (None before the first report)
 
 
+SETTING = "setting"  # field metadata key: the description of a field users set in the app config
+
+
+def _setting(default: Any, description: str) -> Any:
+    """A PolicyConfig field that is also a key of the app config's `policy` section (described there)."""
+    return field(default=default, metadata={SETTING: description})
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """Everything the rules and the actor are tuned by. Every field has a usable default.
+
+    Fields made with `_setting` are the app config's `policy` section: deployments.config builds
+    its pydantic model from them (name, type, default, description), so a setting is declared here
+    once. The others are set by the app (`batch_cap`) or are fit internals.
 
     Cost-model priors are engine step times (seconds) as `base + per_req * batch`,
     derived from the H200 Llama-3.1-8B shapes in ../shared/gpu/README.md: plain decode
@@ -172,40 +186,51 @@ class PolicyConfig:
     that at accept length 3 it gives ~1.9x the tok/s at batch 1 and ~0.5x at batch 128.
     """
 
-    rule: Rule = Rule.THRESHOLD
-    load_metric: LoadMetric = LoadMetric.RUNNING_PLUS_WAITING
-    # threshold rule: off when load >= high, on when load <= low (hysteresis band in between)
-    high: float = 32.0
-    low: float = 12.0
-    # minimum seconds between two flips of one replica
-    dwell_s: float = 10.0
-    # a rule's wish to flip must hold this long, in consecutive decisions, before it acts (0: at once);
-    # a momentary dip or spike in load (a closed-loop client between requests) is not acted on
-    persist_s: float = 0.0
-    # fleet limits: at most this many rule flips per tick (None: no limit); overrides do not count
-    max_flips_per_tick: int | None = None
-    # keep at least this many fresh replicas ON for latency-sensitive traffic
-    min_on_replicas: int = 0
-    # a report older than this is stale: the replica is never flipped
-    stale_after_s: float = 5.0
-    # goodput rule: flip when predicted tok/s gain of the other mode exceeds this fraction
-    goodput_margin: float = 0.10
-    # accept length assumed until a replica reports one
-    default_accept_length: float = 2.5
-    # largest batch the engine runs; goodput predictions cap the load here
+    rule: Rule = _setting(
+        Rule.THRESHOLD,
+        "Decision rule: threshold (hysteresis on load) | goodput (predicted tok/s with vs without "
+        "speculation) | hold (never flips; overrides only).",
+    )
+    load_metric: LoadMetric = _setting(
+        LoadMetric.RUNNING_PLUS_WAITING,
+        "What counts as a replica's load: running+waiting | running | waiting.",
+    )
+    high: float = _setting(32.0, "threshold: turn speculation OFF when load >= high.")
+    low: float = _setting(12.0, "threshold: turn speculation back ON when load <= low.")
+    dwell_s: float = _setting(10.0, "Minimum seconds between two flips of one replica.")
+    persist_s: float = _setting(
+        0.0,
+        "A rule's wish to flip must hold this many seconds over consecutive ticks before it acts "
+        "(a momentary dip or spike in load is ignored); 0 acts at once.",
+    )
+    max_flips_per_tick: int | None = _setting(
+        None, "Fleet limit: rule flips per policy tick; null = no limit (overrides never count)."
+    )
+    min_on_replicas: int = _setting(0, "Keep at least this many replicas ON for latency traffic.")
+    stale_after_s: float = _setting(5.0, "A replica whose last report is older is never flipped.")
+    goodput_margin: float = _setting(
+        0.10, "goodput: flip only if the other mode is predicted better by this fraction."
+    )
+    default_accept_length: float = _setting(
+        2.5, "goodput: accept length assumed until a replica reports one."
+    )
+    # largest batch the engine runs; goodput predictions cap the load here (the app sets it from
+    # engine.max_running_requests)
     batch_cap: int = 128
-    # cost-model priors (seconds per engine step)
-    off_step_base_s: float = 4.81e-3
-    off_step_per_req_s: float = 4.16e-5
-    on_step_base_s: float = 7.25e-3
-    on_step_per_req_s: float = 4.18e-4
+    off_step_base_s: float = _setting(4.81e-3, "goodput prior: OFF step base seconds.")
+    off_step_per_req_s: float = _setting(4.16e-5, "goodput prior: OFF step seconds per request.")
+    on_step_base_s: float = _setting(
+        7.25e-3,
+        "goodput prior: an engine step ON takes base + per_req * batch seconds; the defaults are "
+        "H200 Llama-3.1-8B numbers: put your engine's measured line here.",
+    )
+    on_step_per_req_s: float = _setting(4.18e-4, "goodput prior: ON step seconds per request.")
     # weight of the prior, in reports, at each of two pseudo-points (batch 1 and batch_cap)
     prior_weight: float = 2.0
     # per-report decay of older reports in the online fit, both modes (1.0: never forget)
     fit_decay: float = 0.95
-    # actor: seconds between ticks, and seconds without a report before a replica is forgotten
-    tick_s: float = 1.0
-    ttl_s: float = 30.0
+    tick_s: float = _setting(1.0, "Seconds between two policy decisions (actor), at most 60.")
+    ttl_s: float = _setting(30.0, "Forget a replica that has not reported for this long.")
 
     def __post_init__(self) -> None:
         problem = _config_problem(self)
@@ -230,8 +255,8 @@ def _config_problem(c: PolicyConfig) -> str | None:
         return f"max_flips_per_tick must be >= 1 or None (no limit), got {c.max_flips_per_tick}"
     if c.min_on_replicas < 0:
         return f"min_on_replicas must be >= 0, got {c.min_on_replicas}"
-    if c.stale_after_s <= 0 or c.tick_s <= 0:
-        return "stale_after_s and tick_s must be > 0"
+    if c.stale_after_s <= 0 or not 0 < c.tick_s <= 60:
+        return f"need stale_after_s > 0 and 0 < tick_s <= 60, got {c.stale_after_s}, {c.tick_s}"
     if c.ttl_s <= c.stale_after_s:
         return f"ttl_s ({c.ttl_s}) must exceed stale_after_s ({c.stale_after_s})"
     if c.goodput_margin < 0:

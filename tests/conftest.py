@@ -23,9 +23,9 @@ def model_pair():
 # The suite starts and stops Ray several times in this process (Serve apps, the policy actor)
 # and hosts SGLang engines (zmq sockets, torch threads). Interpreter finalization after that is
 # not safe: CI saw a segfault (exit 139) *after* pytest had printed "503 passed", i.e. in
-# Python's teardown of those extensions' threads (Ray documents the pattern: ray-project/ray
-# issue 31145). The results are final by then, so the process ends with pytest's own exit
-# status without finalizing; leftover children are stopped first (what sglang's atexit did),
+# Python's teardown of those extensions' threads (Ray documents the pattern:
+# https://github.com/ray-project/ray/issues/31145). The results are final by then, so the
+# process ends with pytest's own exit status without finalizing; leftover children are stopped first (what sglang's atexit did),
 # except multiprocessing's resource tracker, which cleans up by itself once we are gone.
 # SPECFLIP_TEST_SOFT_EXIT=1 keeps the normal interpreter exit (to debug teardown).
 

@@ -15,7 +15,7 @@ mkdir -p "$R"
 log() { echo "[chain $(date +%H:%M:%S)] $*"; }
 nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv
 log "offcost start"
-CUDA_VISIBLE_DEVICES=0 python3 -m patched_worker.bench_off_cost --out "$R/offcost" > "$R/offcost.log" 2>&1
+CUDA_VISIBLE_DEVICES=0 python3 -m loadtests.bench.off_cost --out "$R/offcost" > "$R/offcost.log" 2>&1
 log "offcost rc=$?"
 for acc in 2 3; do
   log "sweep acc=$acc start"

@@ -3,7 +3,8 @@
 SGLang's CPU engine path (SGLANG_USE_CPU_ENGINE=1) calls these ops from the
 sgl-kernel CPU build, which is not in the PyPI wheel. Semantics follow the
 sgl-kernel 0.4.5 CPU kernels (csrc/cpu/kvcache.cpp, csrc/cpu/spec.cpp) with the
-0.5.17 call signatures (no key/value scales, no is_causal flag). They are slow
+0.5.17 call signatures (no key/value scales, no is_causal flag); the two attention ops
+are in `attention.py`. They are slow
 reference loops meant for tiny batches: CI and demos, never production.
 
 Deliberately not defined: `convert_weight_packed` (its presence switches SGLang
@@ -16,6 +17,8 @@ import ctypes
 import os
 
 import torch
+
+from patched_worker.cpu.attention import decode_attention, extend_attention
 
 __all__ = ["register", "OP_SCHEMAS", "FAULTS", "FAULT_ENV"]
 
@@ -30,8 +33,16 @@ def copy_all_layer_kv_cache(data_ptrs, strides, tgt_loc, src_loc):
             ctypes.memmove(base + t * stride, buf, stride)
 
 
-def verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrive_index,
-                       retrive_next_token, retrive_next_sibling, target_predict):
+def verify_tree_greedy(
+    predicts,
+    accept_index,
+    accept_token_num,
+    candidates,
+    retrive_index,
+    retrive_next_token,
+    retrive_next_sibling,
+    target_predict,
+):
     bs, ndraft = candidates.shape
     nsteps = accept_index.shape[1]
     cand = candidates.reshape(-1).tolist()
@@ -62,9 +73,20 @@ def verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, ret
         pred[last] = tp[last]  # bonus token: the target's prediction after the last accepted node
 
 
-def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, tree_mask, positions,
-                                retrive_index, retrive_next_token, retrive_next_sibling,
-                                topk, depth, draft_token_num, tree_mask_mode):
+def build_tree_kernel_efficient(
+    parent_list,
+    selected_index,
+    verified_seq_len,
+    tree_mask,
+    positions,
+    retrive_index,
+    retrive_next_token,
+    retrive_next_sibling,
+    topk,
+    depth,
+    draft_token_num,
+    tree_mask_mode,
+):
     if tree_mask_mode == 2:
         raise RuntimeError("specflip CPU ops: QLEN_ONLY_BITPACKING tree masks are not supported on CPU")
     bs, n = parent_list.shape[0], draft_token_num
@@ -107,7 +129,7 @@ def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, t
         for tid in range(n):
             rs = row0 + tid * row_len + col0
             mask[rs] = True
-            mask[rs + 1: rs + n] = False
+            mask[rs + 1 : rs + n] = False
             if tid == 0:
                 continue
             d, cur = 0, tid - 1
@@ -120,10 +142,12 @@ def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, t
     retrive_next_sibling.view(-1).copy_(torch.tensor(sib, dtype=retrive_next_sibling.dtype))
 
 
-def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, pool_len):
+def assign_req_to_token_pool(
+    req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, pool_len
+):
     o = 0
     for r, s, e in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True):
-        req_to_token[r, s:e] = out_cache_loc[o: o + (e - s)].to(req_to_token.dtype)
+        req_to_token[r, s:e] = out_cache_loc[o : o + (e - s)].to(req_to_token.dtype)
         o += e - s
 
 
@@ -135,7 +159,7 @@ def build_draft_decode_metadata(req_to_token, req_pool_indices, seq_lens, topk, 
             row = out[b * topk + k]
             row[:sl] = req_to_token[r, :sl]
             ds = sl + k * num_steps  # branch k's draft slots follow the committed prefix
-            row[sl: sl + num_steps] = req_to_token[r, ds: ds + num_steps]
+            row[sl : sl + num_steps] = req_to_token[r, ds : ds + num_steps]
     return out
 
 
@@ -151,17 +175,20 @@ def fill_accept_out_cache_loc(accept_index, out_cache_loc, accept_out_cache_loc)
     accept_out_cache_loc[: keep.numel()] = out_cache_loc[keep]
 
 
-def assign_draft_cache_locs_contiguous(req_pool_indices, req_to_token, seq_lens, out_cache_loc, pool_len,
-                                       topk, num_steps):
+def assign_draft_cache_locs_contiguous(
+    req_pool_indices, req_to_token, seq_lens, out_cache_loc, pool_len, topk, num_steps
+):
     width = topk * num_steps
     for b, (r, sl) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist(), strict=True)):
-        out_cache_loc[b * width: (b + 1) * width] = req_to_token[r, sl: sl + width].long()
+        out_cache_loc[b * width : (b + 1) * width] = req_to_token[r, sl : sl + width].long()
 
 
-def assign_extend_cache_locs(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, pool_len):
+def assign_extend_cache_locs(
+    req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, pool_len
+):
     o = 0
     for r, s, e in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True):
-        out_cache_loc[o: o + e - s] = req_to_token[r, s:e].long()
+        out_cache_loc[o : o + e - s] = req_to_token[r, s:e].long()
         o += e - s
 
 
@@ -170,127 +197,100 @@ def rotate_input_ids(input_ids, extend_start_loc, extend_seq_lens, topk_index, s
     sel = select_index.tolist() if select_index is not None else None
     for b, (s, n) in enumerate(zip(extend_start_loc.tolist(), extend_seq_lens.tolist(), strict=True)):
         if n > 1:
-            input_ids[s: s + n - 1] = input_ids[s + 1: s + n].clone()
+            input_ids[s : s + n - 1] = input_ids[s + 1 : s + n].clone()
         if n > 0:
             input_ids[sel[b] if sel is not None else s + n - 1] = new[b]
-
-
-def _attend(q, k, v, allowed, sm_scale, logit_cap):
-    """q [Lq,H,D], k/v [Lk,Hkv,D], allowed [Lq,Lk] -> [Lq,H,Dv], fp32 math."""
-    if k.shape[1] != q.shape[1]:  # grouped-query attention: repeat kv heads
-        rep = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    s = torch.einsum("qhd,khd->hqk", q.float(), k.float()) * sm_scale
-    if logit_cap and logit_cap > 0:
-        s = logit_cap * torch.tanh(s / logit_cap)
-    s = s.masked_fill(~allowed.unsqueeze(0), float("-inf"))
-    p = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)
-    return torch.einsum("hqk,khd->qhd", p, v.float())
-
-
-def _unsupported(is_cross_attention, sliding_window, sinks):
-    if is_cross_attention or (sliding_window and sliding_window > 0) or sinks is not None:
-        raise NotImplementedError("specflip CPU ops: cross-attention, sliding window and sinks are not supported")
-
-
-def decode_attention(query, k_cache, v_cache, output, key, value, loc, attn_logits, req_to_token,
-                     req_pool_indices, seq_lens, sm_scale, logit_cap, is_cross_attention, sliding_window,
-                     encoder_lens, sinks):
-    _unsupported(is_cross_attention, sliding_window, sinks)
-    if query.shape[0] != seq_lens.numel():
-        raise RuntimeError(
-            f"specflip CPU ops: decode_attention got {query.shape[0]} query rows but {seq_lens.numel()} "
-            "seq_lens (the 0.5.17 intel_amx seq_lens fix in patched_worker.cpu.shim is not active)")
-    if key is not None and value is not None and loc is not None:
-        k_cache[loc.long()] = key.view(-1, *k_cache.shape[1:]).to(k_cache.dtype)
-        v_cache[loc.long()] = value.view(-1, *v_cache.shape[1:]).to(v_cache.dtype)
-    for b, (r, sl) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist(), strict=True)):
-        idx = req_to_token[r, :sl].long()
-        allowed = torch.ones((1, sl), dtype=torch.bool)
-        output[b: b + 1] = _attend(query[b: b + 1], k_cache[idx], v_cache[idx], allowed, sm_scale,
-                                   logit_cap).reshape(output[b: b + 1].shape).to(output.dtype)
-
-
-def extend_attention(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, req_to_token,
-                     req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc, max_len_extend, sm_scale,
-                     logit_cap, is_cross_attention, sliding_window, encoder_lens, sinks, tree_mask):
-    _unsupported(is_cross_attention, sliding_window, sinks)
-    rpi, sls = req_pool_indices.tolist(), seq_lens.tolist()
-    els, starts = extend_seq_lens.tolist(), extend_start_loc.tolist()
-    bs = len(rpi)
-    tm = None
-    if tree_mask is not None and tree_mask.numel() > 0:
-        n = round((tree_mask.numel() / bs) ** 0.5)
-        tm = tree_mask.view(bs, n, n)
-    for b in range(bs):
-        sl, ext, st = int(sls[b]), int(els[b]), int(starts[b])
-        pre = sl - ext  # the kernel derives the cached prefix length this way
-        idx = req_to_token[rpi[b], :pre].long()
-        if k_extend is not None:
-            ke, ve = k_extend[st: st + ext], v_extend[st: st + ext]
-        else:
-            idx2 = req_to_token[rpi[b], pre:sl].long()
-            ke, ve = k_buffer[idx2], v_buffer[idx2]
-        kk = torch.cat([k_buffer[idx].float(), ke.float()])
-        vv = torch.cat([v_buffer[idx].float(), ve.float()])
-        allowed = torch.ones((ext, sl), dtype=torch.bool)
-        allowed[:, pre:] = tm[b, :ext, :ext] if tm is not None else torch.ones((ext, ext), dtype=torch.bool).tril()
-        o_extend[st: st + ext] = _attend(q_extend[st: st + ext], kk, vv, allowed, sm_scale,
-                                         logit_cap).reshape(o_extend[st: st + ext].shape).to(o_extend.dtype)
 
 
 _T = "Tensor"
 OP_SCHEMAS = {
     "copy_all_layer_kv_cache_cpu": (
-        "(Tensor data_ptrs, Tensor strides, Tensor tgt_loc, Tensor src_loc) -> ()", copy_all_layer_kv_cache),
+        "(Tensor data_ptrs, Tensor strides, Tensor tgt_loc, Tensor src_loc) -> ()",
+        copy_all_layer_kv_cache,
+    ),
     "verify_tree_greedy_cpu": (
         "(Tensor(a!) predicts, Tensor(b!) accept_index, Tensor(c!) accept_token_num, Tensor candidates, "
         "Tensor retrive_index, Tensor retrive_next_token, Tensor retrive_next_sibling, Tensor target_predict) -> ()",
-        verify_tree_greedy),
+        verify_tree_greedy,
+    ),
     "build_tree_kernel_efficient_cpu": (
         "(Tensor parent_list, Tensor selected_index, Tensor verified_seq_len, Tensor(a!) tree_mask, "
         "Tensor(b!) positions, Tensor(c!) retrive_index, Tensor(d!) retrive_next_token, "
         "Tensor(e!) retrive_next_sibling, int topk, int depth, int draft_token_num, int tree_mask_mode) -> ()",
-        build_tree_kernel_efficient),
+        build_tree_kernel_efficient,
+    ),
     "assign_req_to_token_pool_cpu": (
         "(Tensor req_pool_indices, Tensor(a!) req_to_token, Tensor start_offset, Tensor end_offset, "
-        "Tensor out_cache_loc, int pool_len) -> ()", assign_req_to_token_pool),
+        "Tensor out_cache_loc, int pool_len) -> ()",
+        assign_req_to_token_pool,
+    ),
     "build_draft_decode_metadata_cpu": (
         "(Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, int topk, int num_steps, "
-        "int pool_len) -> Tensor", build_draft_decode_metadata),
+        "int pool_len) -> Tensor",
+        build_draft_decode_metadata,
+    ),
     "fill_bonus_tokens_cpu": (
         "(Tensor accept_tokens, Tensor accept_lens, Tensor(a!) bonus_tokens, int accept_stride) -> ()",
-        fill_bonus_tokens),
+        fill_bonus_tokens,
+    ),
     "fill_accept_out_cache_loc_cpu": (
         "(Tensor accept_index, Tensor out_cache_loc, Tensor(a!) accept_out_cache_loc) -> ()",
-        fill_accept_out_cache_loc),
+        fill_accept_out_cache_loc,
+    ),
     "assign_draft_cache_locs_contiguous_cpu": (
         "(Tensor req_pool_indices, Tensor req_to_token, Tensor seq_lens, Tensor(a!) out_cache_loc, "
-        "int pool_len, int topk, int num_steps) -> ()", assign_draft_cache_locs_contiguous),
+        "int pool_len, int topk, int num_steps) -> ()",
+        assign_draft_cache_locs_contiguous,
+    ),
     "assign_extend_cache_locs_cpu": (
         "(Tensor req_pool_indices, Tensor req_to_token, Tensor start_offset, Tensor end_offset, "
-        "Tensor(a!) out_cache_loc, int pool_len) -> ()", assign_extend_cache_locs),
+        "Tensor(a!) out_cache_loc, int pool_len) -> ()",
+        assign_extend_cache_locs,
+    ),
     "rotate_input_ids_cpu": (
         "(Tensor(a!) input_ids, Tensor extend_start_loc, Tensor extend_seq_lens, Tensor topk_index, "
-        "Tensor? select_index=None) -> ()", rotate_input_ids),
+        "Tensor? select_index=None) -> ()",
+        rotate_input_ids,
+    ),
     "decode_attention_cpu": (
         "(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor(c!) output, Tensor? key, "
         "Tensor? value, Tensor? loc, Tensor attn_logits, Tensor req_to_token, Tensor req_pool_indices, "
         "Tensor seq_lens, float sm_scale, float logit_cap, bool is_cross_attention, int sliding_window, "
-        "Tensor? encoder_lens, Tensor? sinks) -> ()", decode_attention),
+        "Tensor? encoder_lens, Tensor? sinks) -> ()",
+        decode_attention,
+    ),
     "extend_attention_cpu": (
         "(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, Tensor k_buffer, "
         "Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, Tensor seq_lens, "
         "Tensor extend_seq_lens, Tensor extend_start_loc, int? max_len_extend, float sm_scale, "
         "float logit_cap, bool is_cross_attention, int sliding_window, Tensor? encoder_lens, "
-        "Tensor? sinks, Tensor? tree_mask) -> ()", extend_attention),
+        "Tensor? sinks, Tensor? tree_mask) -> ()",
+        extend_attention,
+    ),
 }
 
-def _fault_accept_all_drafts(predicts, accept_index, accept_token_num, candidates, retrive_index,
-                             retrive_next_token, retrive_next_sibling, target_predict):
+
+def _fault_accept_all_drafts(
+    predicts,
+    accept_index,
+    accept_token_num,
+    candidates,
+    retrive_index,
+    retrive_next_token,
+    retrive_next_sibling,
+    target_predict,
+):
     """FAILURE INJECTION (tests only): a broken verify that accepts the first draft at every depth."""
-    verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrive_index,
-                       retrive_next_token, retrive_next_sibling, candidates.roll(-1, dims=1))
+    verify_tree_greedy(
+        predicts,
+        accept_index,
+        accept_token_num,
+        candidates,
+        retrive_index,
+        retrive_next_token,
+        retrive_next_sibling,
+        candidates.roll(-1, dims=1),
+    )
 
 
 FAULTS = {"accept_all_drafts": ("verify_tree_greedy_cpu", _fault_accept_all_drafts)}

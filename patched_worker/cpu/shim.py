@@ -148,7 +148,9 @@ def keep_intel_amx_backend() -> None:
     from sglang.srt.arg_groups import overrides
 
     if "cpu_has_amx_support" not in inspect.getsource(overrides._attention_backend_platform_fallbacks):
-        raise CpuShimError("specflip CPU shim: SGLang's intel_amx fallback moved; update patched_worker/cpu/shim.py")
+        raise CpuShimError(
+            "specflip CPU shim: SGLang's intel_amx fallback moved; update patched_worker/cpu/shim.py"
+        )
     overrides.cpu_has_amx_support = lambda: True
 
 
@@ -166,15 +168,18 @@ def enable() -> None:
     if "sgl_kernel" in sys.modules and not is_active():
         raise CpuShimError(
             "specflip CPU shim: sgl_kernel was imported before patched_worker.cpu.enable(); "
-            "call enable() first (or set SPECFLIP_CPU=1 in the environment)")
+            "call enable() first (or set SPECFLIP_CPU=1 in the environment)"
+        )
     if _cuda_available():
         raise CpuShimError(
             "specflip CPU shim: CUDA is available on this host; the CPU shim is for CPU-only hosts. "
-            "Use device='cuda' (the default) instead of device='cpu'")
+            "Use device='cuda' (the default) instead of device='cpu'"
+        )
     if not _pth_installed():
         raise CpuShimError(
             "specflip CPU shim: specflip_cpu.pth is missing from site-packages, so SGLang's child processes "
-            "cannot load the shim. Reinstall specflip with pip (`pip install -e .` or `pip install .`)")
+            "cannot load the shim. Reinstall specflip with pip (`pip install -e .` or `pip install .`)"
+        )
     os.environ[ENV_FLAG] = "1"
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # skips a 15-20 s compile, identical output

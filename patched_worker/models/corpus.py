@@ -6,7 +6,7 @@ import os
 import sysconfig
 from dataclasses import dataclass
 
-__all__ = ["Corpus", "load_corpus", "train_tokenizer", "SPECIAL_TOKENS", "CHAT_TEMPLATE"]
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "Corpus", "held_out_prompts", "load_corpus", "train_tokenizer"]
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
 CHAT_TEMPLATE = (
@@ -66,3 +66,18 @@ def train_tokenizer(texts: list[str], vocab_size: int):  # -> transformers.PreTr
                                  pad_token="<pad>")
     hf.chat_template = CHAT_TEMPLATE
     return hf
+
+
+def held_out_prompts(tokenizer, n: int, length: int, seed: int) -> list[list[int]]:
+    """`n` windows of `length` tokens from the held-out standard-library files (never trained on)."""
+    import random
+
+    rng = random.Random(seed)
+    texts = load_corpus(max_chars=1).held_out
+    out = []
+    while len(out) < n:
+        ids = tokenizer(rng.choice(texts), add_special_tokens=False)["input_ids"]
+        if len(ids) > length + 1:
+            start = rng.randrange(0, len(ids) - length)
+            out.append(ids[start : start + length])
+    return out

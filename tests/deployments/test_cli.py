@@ -70,11 +70,11 @@ def test_bench_and_eval_delegate_lazily_or_say_they_are_missing(capsys: pytest.C
         with pytest.raises(SystemExit) as exited:  # the sweep's own argparse answers --help
             main(["bench", "--", "--help"])
         assert exited.value.code == 0
-    if importlib.util.find_spec("patched_worker.models.evaluate") is None:
+    if importlib.util.find_spec("loadtests.bench.accept_length") is None:
         _one_line_error(
             capsys,
             ["models", "eval", "--pair", "/nowhere"],
-            "patched_worker.models.evaluate.main is not available",
+            "loadtests.bench.accept_length.main is not available",
             code=1,
         )
     else:  # evaluate's own check answers before any engine starts

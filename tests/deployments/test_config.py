@@ -85,7 +85,7 @@ BAD = [
         {**MIN, "policy": {"ttl_s": 1, "stale_after_s": 5}},
         "policy: ttl_s (1.0) must exceed stale_after_s (5.0)",
     ),
-    ({**MIN, "policy": {"max_flips_per_tick": 0}}, "policy.max_flips_per_tick"),
+    ({**MIN, "policy": {"max_flips_per_tick": 0}}, "policy: max_flips_per_tick must be >= 1"),
     ({**MIN, "speculation": {"steps": 3, "topk": 1, "draft_tokens": 8}}, "with topk=1, draft_tokens must be"),
     (
         {**MIN, "speculation": {"steps": 2, "topk": 4, "draft_tokens": 22}},

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -49,7 +48,7 @@ def gpu_app(model_pair: Any) -> Iterator[LocalApp]:
 
 
 def test_a_gpu_replica_serves_and_switches_speculation(gpu_app: LocalApp) -> None:
-    (replica,) = gpu_app.status()["replicas"]
+    (replica,) = gpu_app.client.replicas()
     assert replica["patched"] is True and replica["mode"] == "on"
     body = {
         "model": "tiny",
@@ -58,28 +57,28 @@ def test_a_gpu_replica_serves_and_switches_speculation(gpu_app: LocalApp) -> Non
         "temperature": 0,
         "ignore_eos": True,
     }
-    on = httpx.post(f"{gpu_app.base}/v1/completions", json=body, timeout=300).json()
+    on = gpu_app.client.completion(body)
     assert on["usage"]["completion_tokens"] == 32
 
     rid = replica["replica_id"]
-    assert gpu_app.override(rid, "off", TOKEN).status_code == 200
-    wait_until(lambda: gpu_app.status()["replicas"][0]["mode"] == "off", 30, why="replica OFF")
-    off = httpx.post(f"{gpu_app.base}/v1/completions", json=body, timeout=300).json()
+    assert gpu_app.client.send_override("off", rid).status_code == 200
+    wait_until(lambda: gpu_app.client.replicas()[0]["mode"] == "off", 30, why="replica OFF")
+    off = gpu_app.client.completion(body)
     assert (
         off["usage"]["completion_tokens"] == 32
     )  # bf16: texts may differ at near-ties (patched_worker tests)
-    chunks = httpx.post(
-        f"{gpu_app.base}/v1/chat/completions",
-        timeout=300,
-        json={
+    chunks = gpu_app.client.post(
+        "/v1/chat/completions",
+        {
             "model": "tiny",
             "messages": [{"role": "user", "content": "class Stack:"}],
             "max_tokens": 16,
             "temperature": 0,
             "stream": True,
         },
+        timeout=300,
     ).text
     assert chunks.rstrip().endswith("data: [DONE]")
-    assert gpu_app.override(rid, "auto", TOKEN).status_code == 200
-    wait_until(lambda: gpu_app.status()["replicas"][0]["mode"] == "on", 30, why="replica back ON")
-    assert 'specflip_policy_flips_total{replica="' + rid + '"} 2.0' in gpu_app.metrics()
+    assert gpu_app.client.send_override("auto", rid).status_code == 200
+    wait_until(lambda: gpu_app.client.replicas()[0]["mode"] == "on", 30, why="replica back ON")
+    assert 'specflip_policy_flips_total{replica="' + rid + '"} 2.0' in gpu_app.client.metrics()

@@ -60,13 +60,11 @@ def _free_port() -> int:
 
 def _complete(app: LocalApp, prompt: str, max_tokens: int = 24, **extra: Any) -> dict[str, Any]:
     body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **extra}
-    r = httpx.post(f"{app.base}/v1/completions", json=body, timeout=300)
-    assert r.status_code == 200, r.text
-    return r.json()
+    return app.client.completion(body)
 
 
 def _modes(app: LocalApp) -> dict[str, str]:
-    return {r["replica_id"]: r["mode"] for r in app.status()["replicas"]}
+    return {r["replica_id"]: r["mode"] for r in app.client.replicas()}
 
 
 # -- the OpenAI surface ---------------------------------------------------------------------------
@@ -119,7 +117,7 @@ def test_streaming_matches_the_non_streamed_answer_and_reports_usage_when_asked(
 
 # -- status, control, metrics ---------------------------------------------------------------------
 def test_status_lists_every_replica_with_the_documented_fields(app: LocalApp) -> None:
-    status = app.status()
+    status = app.client.status()
     assert len(status["replicas"]) == 2 and status["policy"]["enabled"] is True
     for r in status["replicas"]:
         assert {
@@ -138,24 +136,21 @@ def test_status_lists_every_replica_with_the_documented_fields(app: LocalApp) ->
 
 
 def test_override_needs_the_bearer_token_and_is_honoured_with_it(app: LocalApp) -> None:
-    url = f"{app.base}/specflip/override"
     rid = sorted(_modes(app))[0]
-    assert httpx.post(url, json={"replica_id": rid, "mode": "off"}, timeout=30).status_code == 401
-    wrong = httpx.post(
-        url, json={"replica_id": rid, "mode": "off"}, headers={"Authorization": "Bearer nope"}, timeout=30
-    )
+    assert app.client.post("/specflip/override", {"replica_id": rid, "mode": "off"}).status_code == 401
+    wrong = app.client.send_override("off", rid, token="nope")
     assert wrong.status_code == 401 and "token" in wrong.json()["error"]["message"]
-    assert app.override("no-such-replica", "off", TOKEN).status_code == 404
-    assert app.override(rid, "sideways", TOKEN).status_code == 422
+    assert app.client.send_override("off", "no-such-replica").status_code == 404
+    assert app.client.send_override("sideways", rid).status_code == 422
     assert _modes(app)[rid] == "on"
 
-    assert app.override(rid, "off", TOKEN).json() == {"replica_ids": [rid], "mode": "off"}
+    assert app.client.send_override("off", rid).json() == {"replica_ids": [rid], "mode": "off"}
     wait_until(lambda: _modes(app)[rid] == "off", 15, why="forced replica OFF")
-    mine = next(r for r in app.status()["replicas"] if r["replica_id"] == rid)
+    mine = next(r for r in app.client.replicas() if r["replica_id"] == rid)
     assert mine["override"] == "off" and mine["desired_mode"] == "off"
-    assert f'specflip_policy_overridden{{replica="{rid}"}} 1.0' in app.metrics()
+    assert f'specflip_policy_overridden{{replica="{rid}"}} 1.0' in app.client.metrics()
     _complete(app, "def add(a, b):")  # the forced replica still serves
-    assert app.override(rid, "auto", TOKEN).status_code == 200
+    assert app.client.send_override("auto", rid).status_code == 200
     wait_until(lambda: _modes(app)[rid] == "on", 15, why="replica back ON under auto")
 
 
@@ -205,9 +200,7 @@ BAD_INPUT = [
 
 def _post_raw(app: LocalApp, path: str, body: Any) -> httpx.Response:
     content = body if isinstance(body, str) else json.dumps(body)
-    return httpx.post(
-        f"{app.base}{path}", content=content, headers={"Content-Type": "application/json"}, timeout=120
-    )
+    return app.client.post(path, content=content, headers={"Content-Type": "application/json"}, timeout=120)
 
 
 @pytest.mark.parametrize(("case", "path", "body", "code"), BAD_INPUT, ids=[c[0] for c in BAD_INPUT])
@@ -227,7 +220,7 @@ def test_bad_input_spares_concurrent_good_requests_and_the_engine(app: LocalApp)
         answers = [f.result(timeout=300) for f in good]
     assert all(400 <= c < 500 for c in codes), codes
     assert all(a["usage"]["completion_tokens"] >= 1 for a in answers)
-    assert all(r["patched"] and not r["stale"] for r in app.status()["replicas"])  # engines still report
+    assert all(r["patched"] and not r["stale"] for r in app.client.replicas())  # engines still report
 
 
 # -- the point of it all ----------------------------------------------------------------------------
@@ -249,14 +242,14 @@ def test_policy_flips_a_replica_off_under_load_and_on_again_with_greedy_outputs_
     app: LocalApp,
 ) -> None:
     # plain greedy reference: every replica forced OFF (target-only decode); ON must agree too
-    assert app.override("*", "off", TOKEN).status_code == 200
+    assert app.client.send_override("off", "*").status_code == 200
     wait_until(lambda: _all_modes(app, "off"), 20, why="all replicas OFF")
     plain = _greedy_all(app)
-    assert app.override("*", "on", TOKEN).status_code == 200
+    assert app.client.send_override("on", "*").status_code == 200
     wait_until(lambda: _all_modes(app, "on"), 20, why="all replicas ON")
     assert _greedy_all(app) == plain
-    assert app.override("*", "auto", TOKEN).status_code == 200
-    flips_before = {r["replica_id"]: r["flips"] for r in app.status()["replicas"]}
+    assert app.client.send_override("auto", "*").status_code == 200
+    flips_before = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
 
     # high load: 12 clients (~6 in flight per replica, high=4) until a replica turned OFF, then a bit more
     seen_off: set[str] = set()
@@ -279,14 +272,14 @@ def test_policy_flips_a_replica_off_under_load_and_on_again_with_greedy_outputs_
         stop.set()
         for w in workers:
             w.result(timeout=300)
-    assert seen_off, f"no replica turned OFF under load; status: {app.status()}"
+    assert seen_off, f"no replica turned OFF under load; status: {app.client.status()}"
 
     # load gone: the policy turns them back ON
     wait_until(lambda: _all_modes(app, "on"), 30, why="replicas back ON after the load")
-    status = {r["replica_id"]: r for r in app.status()["replicas"]}
+    status = {r["replica_id"]: r for r in app.client.replicas()}
     for rid in seen_off:
         assert status[rid]["flips"] - flips_before[rid] >= 2, status[rid]  # OFF and back ON
-    metrics = app.metrics()
+    metrics = app.client.metrics()
     for rid in seen_off:
         flips = re.search(rf'specflip_policy_flips_total{{replica="{rid}"}} ([0-9.]+)', metrics)
         assert flips is not None and float(flips.group(1)) >= flips_before[rid] + 2
@@ -297,7 +290,7 @@ def test_policy_flips_a_replica_off_under_load_and_on_again_with_greedy_outputs_
 
 
 def test_metrics_are_prometheus_text_with_request_latency_and_per_replica_series(app: LocalApp) -> None:
-    r = httpx.get(f"{app.base}/metrics", timeout=30)
+    r = app.client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
     text = r.text
     for name in (

@@ -1,8 +1,7 @@
 """k8s/grafana-dashboard.json is an importable Grafana dashboard whose queries use real specflip metrics.
 
-"Real" means: listed in docs/metrics.md once the deployments side publishes it (then that file
-is the contract and this test follows it), and until then the interim names agreed for issue 7
-(INTERIM_METRICS). Either way a panel querying a misspelled or renamed metric fails here.
+"Real" means listed in docs/metrics.md, the contract (tests/deployments/test_metrics_doc.py holds
+the app to it): a panel querying a misspelled or renamed metric fails here.
 """
 
 from __future__ import annotations
@@ -18,22 +17,8 @@ from tests.k8s.manifests import K8S, REPO
 DASHBOARD = K8S / "grafana-dashboard.json"
 METRICS_DOC = REPO / "docs" / "metrics.md"
 
-# Until docs/metrics.md exists: the names the deployments engineer announced (histograms and
-# counters by their base name; Prometheus adds _bucket/_sum/_count and keeps _total).
-INTERIM_METRICS = {
-    "specflip_policy_desired_mode",
-    "specflip_policy_actual_mode",
-    "specflip_policy_load",
-    "specflip_policy_accept_length",
-    "specflip_policy_flips_total",
-    "specflip_policy_decision_seconds",
-    "specflip_ttft_seconds",
-    "specflip_tpot_seconds",
-    "specflip_requests_total",
-    "specflip_output_tokens_total",
-}
-# What the dashboard must show (issue 7): per-replica mode, queue depth, accept length, flips,
-# throughput, TTFT and TPOT.
+# What the dashboard must show: per-replica mode, queue depth, accept length, flips, throughput,
+# TTFT and TPOT.
 REQUIRED = {
     "specflip_policy_actual_mode",
     "specflip_policy_load",
@@ -74,9 +59,9 @@ def dashboard_metrics() -> set[str]:
 
 
 def known_metrics() -> set[str]:
-    if METRICS_DOC.is_file():
-        return {_SUFFIX.sub("", m) for m in _METRIC.findall(METRICS_DOC.read_text())}
-    return INTERIM_METRICS
+    """Metric base names docs/metrics.md lists (histograms and counters by their base name;
+    Prometheus adds _bucket/_sum/_count and keeps _total)."""
+    return {_SUFFIX.sub("", m) for m in _METRIC.findall(METRICS_DOC.read_text())}
 
 
 def test_dashboard_is_importable_json() -> None:
@@ -97,11 +82,10 @@ def test_dashboard_is_importable_json() -> None:
 
 def test_dashboard_queries_only_known_metrics() -> None:
     unknown = dashboard_metrics() - known_metrics()
-    source = "docs/metrics.md" if METRICS_DOC.is_file() else "INTERIM_METRICS"
-    assert not unknown, f"dashboard queries metrics not in {source}: {sorted(unknown)}"
+    assert not unknown, f"dashboard queries metrics not in docs/metrics.md: {sorted(unknown)}"
 
 
-def test_dashboard_shows_what_issue_7_asks_for() -> None:
+def test_dashboard_shows_mode_load_acceptance_flips_throughput_and_latency() -> None:
     missing = REQUIRED - dashboard_metrics()
     assert not missing, missing
 

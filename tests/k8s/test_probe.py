@@ -37,7 +37,7 @@ def _load_probe() -> Any:
 
 probe = _load_probe()
 POD, OTHER = "10.0.0.5", "10.0.0.6"
-GPU = "SpecReplica"
+GPU = "SpecFlipServer:llama-3_1-8b-instruct"  # the Serve deployment build_llm_deployment names
 
 
 def serve_details(replicas: list[tuple[str, str]], target: int = 2, gpus: float = 1.0) -> dict[str, Any]:

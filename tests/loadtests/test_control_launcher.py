@@ -1,4 +1,4 @@
-"""Control client, status poller and app launchers against the stand-in app."""
+"""The app's client (deployments.client), the status poller and the app launchers against the stand-in app."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from loadtests.control import ControlError, SpecflipClient, StatusPoller, mean_accept_length, on_fraction
+from deployments.client import ControlError, SpecflipClient
+from loadtests.control import StatusPoller, mean_accept_length, on_fraction, replica_samples
 from loadtests.launcher import (
     DEFAULT_SPECS,
     CommandLauncher,
@@ -32,22 +33,22 @@ STANDIN = REPO / "tests" / "loadtests" / "openai_standin.py"
 def test_status_and_override_round_trip(standin: Callable[..., str]) -> None:
     client = SpecflipClient(standin(), TOKEN)
     assert client.models() == ["standin-tiny"]
-    first = client.status()
+    first = replica_samples(client)
     assert first is not None
     assert [(s.replica_id, s.mode, s.override, s.accept_length) for s in first] == [
         ("r0", "on", "auto", 3.0),
         ("r1", "on", "auto", 3.0),
     ]
     with pytest.raises(ControlError, match="401"):
-        SpecflipClient(client.urls.host, "wrong").override("off")
+        SpecflipClient(client.base, "wrong").override("off")
     with pytest.raises(ControlError, match="400"):
         client.override("sideways")
     client.override("off")
     client.wait_for_override("off", timeout=5)
-    after = client.status() or []
-    assert {(s.mode, s.override) for s in after} == {("off", "off")}
+    after = client.replicas()
+    assert {(r["mode"], r["override"]) for r in after} == {("off", "off")}
     client.override("on", replica_id="r1")
-    assert {s.replica_id: s.override for s in client.status() or []} == {"r0": "off", "r1": "on"}
+    assert {r["replica_id"]: r["override"] for r in client.replicas()} == {"r0": "off", "r1": "on"}
     client.probe("standin-tiny", "completions")
     with pytest.raises(ControlError, match="404"):
         client.probe("no-such-model")
@@ -69,7 +70,7 @@ def test_poller_samples_in_the_background_and_stops(standin: Callable[..., str])
 def test_app_without_specflip_api(standin: Callable[..., str]) -> None:
     url = standin(mode="adaptive")
     client = SpecflipClient(url, TOKEN)
-    assert client.status() is None
+    assert client.status() is None and replica_samples(client) is None and client.replicas() == []
     with StatusPoller(client, interval=0.05) as poller:
         time.sleep(0.2)
     assert not poller.available and poller.samples == [] and mean_accept_length(poller.samples) is None
@@ -88,11 +89,11 @@ def test_external_app_switches_by_override_and_restores_what_it_found(standin: C
     logs: list[str] = []
     app = ExternalApp(url, TOKEN, log=logs.append)
     assert app.start(Variant.OFF) == url
-    assert {s.override for s in client.status() or []} == {"off"}
+    assert {r["override"] for r in client.replicas()} == {"off"}
     assert app.start(Variant.DYNAMIC) == url
-    assert {s.override for s in client.status() or []} == {"auto"}
+    assert {r["override"] for r in client.replicas()} == {"auto"}
     app.stop()
-    assert {s.replica_id: s.override for s in client.status() or []} == {"r0": "auto", "r1": "on"}
+    assert {r["replica_id"]: r["override"] for r in client.replicas()} == {"r0": "auto", "r1": "on"}
     assert logs == [
         "[launch] variant=off override=off for all replicas",
         "[launch] variant=dynamic override=auto for all replicas",
@@ -153,11 +154,11 @@ def test_command_launcher_starts_reuses_restarts_and_kills_the_group(tmp_path: P
         # /v1/models answers before the replicas report: ready waits for them, so the override hits all
         assert any("0/2 replicas reporting" in line for line in logs)
         assert any(line.startswith("[launch] variant=on ready at") for line in logs)
-        assert {s.mode for s in SpecflipClient(url, TOKEN).status() or []} == {"on"}
+        assert {r["mode"] for r in SpecflipClient(url, TOKEN).replicas()} == {"on"}
 
         assert launcher.start(Variant.DYNAMIC) == url  # same config: same process, override only
         assert launcher.proc.pid == first_pid
-        assert {s.override for s in SpecflipClient(url, TOKEN).status() or []} == {"auto"}
+        assert {r["override"] for r in SpecflipClient(url, TOKEN).replicas()} == {"auto"}
 
         url2 = launcher.start(Variant.ADAPTIVE)  # other config: restart
         assert launcher.proc.pid != first_pid and not process_group_alive(first_pid) and _refused(url)

@@ -6,16 +6,23 @@ import csv
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-import requests
 
+from deployments.client import SpecflipClient
 from loadtests.config import LoadConfig
 from loadtests.locust_run import run_locust
 
 
+def _standin(url: str, path: str) -> Any:
+    with SpecflipClient(url, timeout=5) as client:
+        return client.get(path).json()
+
+
 def hits(url: str) -> dict[str, int]:
-    return requests.get(url + "/standin/hits", timeout=5).json()
+    result: dict[str, int] = _standin(url, "/standin/hits")
+    return result
 
 
 @pytest.mark.slow
@@ -70,7 +77,7 @@ def test_steps_chat_with_usage_and_locust_csv(standin: Callable[..., str], tmp_p
     assert early == {1} and late == {3}
     assert [p.users for p in run.phases] == [1, 3]
     # streams are read to the end, so each user keeps one keep-alive connection (+1: this query)
-    conns = requests.get(url + "/standin/connections", timeout=5).json()["connections"]
+    conns = _standin(url, "/standin/connections")["connections"]
     assert conns <= 3 + 1 < len(done)
 
     with (tmp_path / "locust_stats.csv").open() as fh:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.config import ConfigError, LoadConfig, load_config
+from deployments.config import ConfigError
+from loadtests.config import LoadConfig, load_config
 from loadtests.payloads import build_request
 from loadtests.prompts import Prompt, PromptError, corpus_prompts, make_prompts, synthetic_prompts
 

@@ -35,7 +35,7 @@ def test_transition_low_high_low_with_named_phases() -> None:
     sched = parse_shape("transition:low=2,high=8,low_s=2,high_s=3,tail_s=2")
     users = [sched.tick(float(t)) for t in range(8)]
     assert users == [(2, 8.0), (2, 8.0), (8, 8.0), (8, 8.0), (8, 8.0), (2, 8.0), (2, 8.0), None]
-    assert [(p.name, p.start, p.end) for p in sched.phases] == [
+    assert [(p.name, start, end) for p, start, end in sched.bounds()] == [
         ("low", 0.0, 2.0),
         ("high", 2.0, 5.0),
         ("low2", 5.0, 7.0),

@@ -1,5 +1,5 @@
 """The whole sweep end to end with real Locust: four variants launched by command (the stand-in
-app plays the app; the lead adds the same run against the real app), CSV, plots, report."""
+app plays the app; test_sweep_real_app.py runs the sweep against the real app), CSV, plots, report."""
 
 from __future__ import annotations
 

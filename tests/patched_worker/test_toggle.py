@@ -4,7 +4,7 @@ Each run: 8 requests of different prompt lengths and output lengths arrive at st
 times (so requests join and finish mid-schedule) while the switch flips at random decode
 steps (scripted in the scheduler, seeded, reproducible). 24 schedules in all over
 {warm_kv, full_extend} x {topk 1, topk 4}; plus flips sent through the control RPC at
-random wall-clock times, a `cold` run, and the edge cases of the issue.
+random wall-clock times, a `cold` run, and the edge cases (idle engine, requests waiting for memory).
 """
 
 from __future__ import annotations

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from policy.sim import SimConfig, SimPolicy, _LeastQueue, simulate
-from policy.sim_model import default_model, load_calibration
-from policy.sim_report import markdown_table, phase_metrics
-from policy.sim_trace import ClosedLoop, UserPhase, low_high_low, poisson, sticky_users
+from loadtests.bench.policy_sim import phase_metrics
+from policy.sim import SimConfig, SimPolicy, simulate
+from policy.sim.model import default_model, load_calibration
+from policy.sim.run import _LeastQueue
+from policy.sim.trace import ClosedLoop, Phase, low_high_low, poisson, sticky_users
 from policy.types import SpecMode
 
 ON, OFF = SpecMode.ON, SpecMode.OFF
@@ -79,7 +80,7 @@ def test_with_users_pinned_unevenly_the_dynamic_policies_beat_both_static_modes(
 
 def test_closed_loop_users_wait_for_their_answer_think_and_stop_with_their_phase() -> None:
     trace = ClosedLoop(
-        (UserPhase("many", 10, 6), UserPhase("few", 10, 2)), think_s=0.2, replica_weights=(3.0, 1.0)
+        (Phase("many", 10, users=6), Phase("few", 10, users=2)), think_s=0.2, replica_weights=(3.0, 1.0)
     )
     res = simulate(trace, SimPolicy.ALWAYS_OFF, config=SimConfig(replicas=2, drain_s=10))
     pins = trace.pinning(2, 0)
@@ -101,11 +102,11 @@ def test_closed_loop_users_wait_for_their_answer_think_and_stop_with_their_phase
 
 def test_closed_loop_traces_check_their_input() -> None:
     with pytest.raises(ValueError, match="users >= 0"):
-        ClosedLoop((UserPhase("x", 10, -1),))
+        ClosedLoop((Phase("x", 10, users=-1),))
     with pytest.raises(ValueError, match="think_s"):
-        ClosedLoop((UserPhase("x", 10, 1),), think_s=0)
+        ClosedLoop((Phase("x", 10, users=1),), think_s=0)
     with pytest.raises(ValueError, match="3 entries for 2 replicas"):
-        ClosedLoop((UserPhase("x", 10, 1),), replica_weights=(1.0, 1.0, 1.0)).pinning(2, 0)
+        ClosedLoop((Phase("x", 10, users=1),), replica_weights=(1.0, 1.0, 1.0)).pinning(2, 0)
 
 
 def test_every_request_finishes_and_every_token_is_counted_once() -> None:
@@ -157,9 +158,3 @@ def test_measured_curves_replace_the_defaults(tmp_path: Path) -> None:
     bad.write_text("mode,batch,tok_s\nmaybe,1,100\n")
     with pytest.raises(ValueError, match="need mode"):
         load_calibration(bad)
-
-
-def test_markdown_table_has_a_row_per_phase_and_policy(small_fleet_runs: dict) -> None:
-    table = markdown_table([m for ms in small_fleet_runs.values() for m in ms])
-    assert table.count("\n") == 2 + 3 * len(SimPolicy)
-    assert "| high | goodput |" in table

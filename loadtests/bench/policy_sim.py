@@ -1,7 +1,7 @@
-"""Per-phase metrics, the markdown table and the plots of simulator runs, and the CLI:
+"""The fleet simulator's report (`policy.sim`): per-phase metrics, the markdown table, the plots, the CLI:
 
-    python -m policy.sim --out docs/                 # the three scenarios, 8 replicas
-    python -m policy.sim --out docs/ --calibration measured.csv
+    python -m loadtests.bench.policy_sim --out docs/                 # the three scenarios, 8 replicas
+    python -m loadtests.bench.policy_sim --out docs/ --calibration measured.csv
 
 Writes policy_sim.md and a PNG per scenario: policy_sim.png (open-loop low->high->low, least
 queue), policy_sim_steps.png (staircase through the crossover), policy_sim_sticky.png
@@ -19,9 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from loadtests.markdown import table
+from loadtests.metrics import percentile
 from policy.sim import SimConfig, SimPolicy, SimResult, simulate
-from policy.sim_model import EngineModel, default_model, load_calibration
-from policy.sim_trace import ClosedLoop, Phase, Trace, low_high_low, sticky_users
+from policy.sim.model import EngineModel, default_model, load_calibration
+from policy.sim.trace import ClosedLoop, Phase, Trace, low_high_low, sticky_users
 from policy.types import SpecMode
 
 __all__ = ["PhaseMetrics", "main", "markdown_table", "phase_metrics", "plot", "run_all", "staircase"]
@@ -43,7 +45,8 @@ class PhaseMetrics:
 
 
 def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
+    value = percentile(values, q)
+    return float("nan") if value is None else value
 
 
 def phase_metrics(result: SimResult) -> list[PhaseMetrics]:
@@ -77,20 +80,37 @@ def phase_metrics(result: SimResult) -> list[PhaseMetrics]:
 
 
 def markdown_table(metrics: list[PhaseMetrics]) -> str:
-    head = (
-        "| phase | policy | offered tok/s | output tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms "
-        "| TPOT p99 ms | flips/replica/min | replicas ON | unfinished |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-    )
-    rows = [
-        f"| {m.phase} | {m.policy.value} | {m.offered_tok_s:.0f} | {m.output_tok_s:.0f} | {m.ttft_p50_s * 1e3:.0f} "
-        f"| {m.ttft_p99_s * 1e3:.0f} | {m.tpot_p50_s * 1e3:.2f} | {m.tpot_p99_s * 1e3:.2f} "
-        f"| {m.flips_per_replica_min:.2f} | {m.on_share:.0%} | {m.unfinished} |"
-        for m in sorted(
-            metrics, key=lambda m: (_phase_order(metrics, m.phase), list(SimPolicy).index(m.policy))
-        )
+    header = [
+        "phase",
+        "policy",
+        "offered tok/s",
+        "output tok/s",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "TPOT p50 ms",
+        "TPOT p99 ms",
+        "flips/replica/min",
+        "replicas ON",
+        "unfinished",
     ]
-    return head + "\n".join(rows) + "\n"
+    ordered = sorted(metrics, key=lambda m: (_phase_order(metrics, m.phase), list(SimPolicy).index(m.policy)))
+    rows = [
+        [
+            m.phase,
+            m.policy.value,
+            f"{m.offered_tok_s:.0f}",
+            f"{m.output_tok_s:.0f}",
+            f"{m.ttft_p50_s * 1e3:.0f}",
+            f"{m.ttft_p99_s * 1e3:.0f}",
+            f"{m.tpot_p50_s * 1e3:.2f}",
+            f"{m.tpot_p99_s * 1e3:.2f}",
+            f"{m.flips_per_replica_min:.2f}",
+            f"{m.on_share:.0%}",
+            str(m.unfinished),
+        ]
+        for m in ordered
+    ]
+    return table(header, rows, align="llrrrrrrrrr")
 
 
 def _phase_order(metrics: list[PhaseMetrics], phase: str) -> int:
@@ -105,7 +125,10 @@ def staircase(replicas: int, step_s: float = 30.0) -> Trace:
     """Demand climbing and falling through the crossover (output tok/s per replica)."""
     levels = (800, 2500, 4000, 5000, 6000, 5000, 4000, 3000, 2500, 800)
     return Trace(
-        tuple(Phase(f"{lv} tok/s/replica #{i}", step_s, replicas * lv / 128) for i, lv in enumerate(levels))
+        tuple(
+            Phase(f"{lv} tok/s/replica #{i}", step_s, rate_rps=replicas * lv / 128)
+            for i, lv in enumerate(levels)
+        )
     )
 
 
@@ -148,7 +171,7 @@ def plot(results: dict[SimPolicy, SimResult], path: Path, title: str) -> None:
             if r.done is not None and r.tpot is not None:
                 by_window.setdefault(int(r.done / window), []).append(r.tpot)
         ks = sorted(by_window)
-        axes[1].plot([(k + 0.5) * window for k in ks], [np.median(by_window[k]) * 1e3 for k in ks], **style)
+        axes[1].plot([(k + 0.5) * window for k in ks], [_pct(by_window[k], 50) * 1e3 for k in ks], **style)
         on_t, on_f = zip(*res.on_fraction, strict=True)
         axes[2].step(on_t, on_f, where="post", label=policy.value, **style)
     for _, start, _ in any_result.trace.bounds()[1:]:
@@ -215,7 +238,9 @@ def _summary(metrics: list[PhaseMetrics]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m policy.sim", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m loadtests.bench.policy_sim", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--out", type=Path, default=Path("docs"))
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--phase-s", type=float, default=60.0)
@@ -248,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(
             f"## {title}\n\n{intro}![{title}]({png.name})\n\n{_verdict(metrics, preface)}{markdown_table(metrics)}\n"
             f"{_summary(metrics)}\n\nSimulated in {time.perf_counter() - started:.1f} s; decide() median "
-            f"{statistics.median(decisions) * 1e3:.3f} ms per tick at {args.replicas} replicas.\n"
+            f"{_pct(decisions, 50) * 1e3:.3f} ms per tick at {args.replicas} replicas.\n"
         )
         print(f"{title}: wrote {png}")
     doc = args.out / "policy_sim.md"
@@ -277,12 +302,12 @@ def _sticky_intro(trace: ClosedLoop, args: argparse.Namespace) -> str:
 
 def _header(model: EngineModel, config: SimConfig, args: argparse.Namespace) -> str:
     src = (
-        f"measured curves from `{args.calibration}`" if args.calibration else "defaults (policy/sim_model.py)"
+        f"measured curves from `{args.calibration}`" if args.calibration else "defaults (policy/sim/model.py)"
     )
     p = config.policy
     return (
         "# Policy simulator: static vs dynamic speculation\n\n"
-        f"Generated by `python -m policy.sim --out {args.out}` (seed {config.seed}). Engine model: {src}; "
+        f"Generated by `python -m loadtests.bench.policy_sim --out {args.out}` (seed {config.seed}). Engine model: {src}; "
         f"accept length {model.accept_length:g}, max running {model.max_running}, "
         f"ON/OFF decode tok/s at batch 1: {model.output_tok_s(SpecMode.ON, 1) / model.output_tok_s(SpecMode.OFF, 1):.2f}x, "
         f"at batch {model.max_running}: {model.output_tok_s(SpecMode.ON, model.max_running) / model.output_tok_s(SpecMode.OFF, model.max_running):.2f}x. "

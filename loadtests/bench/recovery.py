@@ -1,6 +1,6 @@
 """Acceptance recovery after a re-enable (real engine, CPU, trained tiny pair).
 
-    python -m patched_worker.bench_recovery [--pair models/tiny] [--doc docs/benchmarks.md]
+    python -m loadtests.bench.recovery [--pair models/tiny] [--doc docs/benchmarks.md]
 
 One batch of held-out prompts runs with speculation ON for `--on-before` decode steps,
 OFF for `--off` steps, then ON again (scripted flips, reproducible). The figure is the
@@ -24,7 +24,7 @@ def _after_reenable(trace, window: int) -> tuple[float, float]:
     """(tokens generated per request before the re-enable, mean accept of the next `window` ON steps)."""
     last_off = max(i for i, t in enumerate(trace) if t[1] in ("off", "resync"))
     position = sum(t[3] for t in trace[: last_off + 1])
-    ons = [t[3] for t in trace[last_off + 1:] if t[1] == "on"][:window]
+    ons = [t[3] for t in trace[last_off + 1 :] if t[1] == "on"][:window]
     return position, sum(ons) / len(ons)
 
 
@@ -64,14 +64,19 @@ def recovery(engine, prompts, *, on_before: int, off: int, window: int, new_toke
         _, first = _after_reenable(trace, 4)
         first_ref = _from_position(base, position, 4)
         result[strategy.value] = {
-            "accept_after": round(after, 3), "accept_never_disabled": round(reference, 3),
-            "ratio": round(after / reference, 3), "first4_ratio": round(first / first_ref, 3),
-            "same_tokens": ids == base_ids}
+            "accept_after": round(after, 3),
+            "accept_never_disabled": round(reference, 3),
+            "ratio": round(after / reference, 3),
+            "first4_ratio": round(first / first_ref, 3),
+            "same_tokens": ids == base_ids,
+        }
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m patched_worker.bench_recovery", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m loadtests.bench.recovery", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--pair", default="models/tiny")
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--on-before", type=int, default=8)
@@ -86,37 +91,54 @@ def main(argv: list[str] | None = None) -> int:
     from patched_worker.cpu import shim
 
     shim.enable()
-    from loadtests.benchdoc import write_section
+    from loadtests.markdown import table, write_section
     from patched_worker.engine import SpecFlipEngine, cpu_engine_kwargs
     from patched_worker.models.build import build_pair
-    from patched_worker.models.evaluate import held_out_prompts
+    from patched_worker.models.corpus import held_out_prompts
 
     pair = build_pair(a.pair)
     prompts = held_out_prompts(AutoTokenizer.from_pretrained(pair.target), a.prompts, 32, seed=99)
     t0 = time.time()
     engine = SpecFlipEngine(**cpu_engine_kwargs(pair.target, pair.draft, steps=3, topk=1, draft_tokens=4))
     try:
-        r = recovery(engine, prompts, on_before=a.on_before, off=a.off, window=a.window, new_tokens=a.new_tokens)
+        r = recovery(
+            engine, prompts, on_before=a.on_before, off=a.off, window=a.window, new_tokens=a.new_tokens
+        )
     finally:
         engine.shutdown()
     print(json.dumps(r, indent=1))
-    cmd = "python -m patched_worker.bench_recovery " + " ".join(argv if argv is not None else sys.argv[1:])
-    rows = "\n".join(
-        f"| {s} | {r[s]['accept_after']:.2f} | {r[s]['accept_never_disabled']:.2f} | **{r[s]['ratio']:.2f}x** | "
-        f"{r[s]['first4_ratio']:.2f}x | {'yes' if r[s]['same_tokens'] else 'NO'} |"
-        for s in ("warm_kv", "full_extend", "cold"))
-    write_section(Path(a.doc), f"""## Acceptance recovery after re-enable (CPU, tiny trained pair)
+    cmd = "python -m loadtests.bench.recovery " + " ".join(argv if argv is not None else sys.argv[1:])
+    rows = [
+        [
+            s,
+            f"{r[s]['accept_after']:.2f}",
+            f"{r[s]['accept_never_disabled']:.2f}",
+            f"**{r[s]['ratio']:.2f}x**",
+            f"{r[s]['first4_ratio']:.2f}x",
+            "yes" if r[s]["same_tokens"] else "NO",
+        ]
+        for s in ("warm_kv", "full_extend", "cold")
+    ]
+    header = [
+        "strategy while OFF",
+        "accept after re-enable",
+        "never disabled",
+        "ratio",
+        "ratio, first 4 steps",
+        "tokens == never-disabled run",
+    ]
+    write_section(
+        Path(a.doc),
+        f"""## Acceptance recovery after re-enable (CPU, tiny trained pair)
 
 `{cmd.strip()}` — {a.prompts} held-out prompts batched, steps 3 / topk 1 / 4 draft tokens, greedy;
 ON for {a.on_before} decode steps, OFF for {a.off}, then ON: mean accept length over the {a.window} verify
 steps after the re-enable vs the never-disabled run from the same token position
-(never-disabled mean over the whole run: {r['never_disabled_mean']:.2f}). Goal: warm_kv >= 0.95x.
-Measured {time.strftime('%Y-%m-%d')}, {time.time() - t0:.0f} s.
+(never-disabled mean over the whole run: {r["never_disabled_mean"]:.2f}). Goal: warm_kv >= 0.95x.
+Measured {time.strftime("%Y-%m-%d")}, {time.time() - t0:.0f} s.
 
-| strategy while OFF | accept after re-enable | never disabled | ratio | ratio, first 4 steps | tokens == never-disabled run |
-|---|---|---|---|---|---|
-{rows}
-""")
+{table(header, rows)}""",
+    )
     return 0 if r["warm_kv"]["ratio"] >= 0.95 else 1
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policy.bench import bench_fleet_model
+from loadtests.bench.policy_tick import bench_fleet_model
 from policy.types import Rule
 
 

@@ -1,14 +1,14 @@
 """Benchmark: how long one policy tick (`rules.decide` over the whole fleet) takes at 1000 replicas.
 
-    python -m policy.bench                      # writes the "## policy" section of docs/benchmarks.md
-    python -m policy.bench --replicas 1000 --ticks 300 --out docs/benchmarks.md --no-sim
+    python -m loadtests.bench.policy_tick                      # writes the "## policy" section of docs/benchmarks.md
+    python -m loadtests.bench.policy_tick --replicas 1000 --ticks 300 --out docs/benchmarks.md --no-sim
 
 Two measurements per rule:
 1. fleet model: `ticks` consecutive ticks over a synthetic fleet whose replicas follow a
    low->high->low demand (each with its own noise), sit at the batch their mode needs for
    that demand (queueing when it cannot keep up), report the engine model's tok/s, and
    apply the previous tick's decision. decide() only is timed, wall clock and thread CPU.
-2. simulator: the discrete-event simulator (policy.sim) at the same fleet size on a short
+2. simulator: the discrete-event simulator (`policy.sim`) at the same fleet size on a short
    low (8 s) -> high (4 s) -> low (8 s) trace; decide() time per tick as the simulator
    records it. Few ticks, three of them special (registration of every replica, the whole
    fleet flipping OFF, then ON), in a process that also holds the simulator's heap.
@@ -23,17 +23,17 @@ import functools
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from loadtests.benchdoc import write_section
+from loadtests.markdown import table, write_section
+from loadtests.metrics import percentile
 from policy.rules import decide
 from policy.sim import SimConfig, SimPolicy, simulate
-from policy.sim_model import EngineModel, default_model
-from policy.sim_trace import low_high_low
+from policy.sim.model import EngineModel, default_model
+from policy.sim.trace import low_high_low
 from policy.state import PolicyState
 from policy.types import Observation, PolicyConfig, Rule, SpecMode
 
@@ -54,13 +54,13 @@ class Timing:
     flips: int
 
     def median_wall(self) -> float:
-        return statistics.median(self.wall_s)
+        return percentile(self.wall_s, 50) or 0.0
 
     def p90_wall(self) -> float:
-        return sorted(self.wall_s)[int(0.9 * (len(self.wall_s) - 1))]
+        return percentile(self.wall_s, 90) or 0.0
 
     def median_cpu(self) -> float | None:
-        return statistics.median(self.cpu_s) if self.cpu_s else None
+        return percentile(self.cpu_s, 50)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -137,11 +137,21 @@ def _ms(x: float | None) -> str:
 
 
 def _render(timings: list[Timing], load_before: str, load_after: str, cmd: str) -> str:
-    rows = "\n".join(
-        f"| {t.context} | {t.rule.value} | {t.replicas} | {t.ticks} | {_ms(t.median_wall())} | {_ms(t.p90_wall())} "
-        f"| {_ms(t.median_cpu())} | {t.flips} | {'yes' if t.median_wall() < TARGET_S else 'NO'} |"
+    header = ["context", "rule", "replicas", "ticks", "median ms", "p90 ms", "median CPU ms", "flips"]
+    rows = [
+        [
+            t.context,
+            t.rule.value,
+            t.replicas,
+            t.ticks,
+            _ms(t.median_wall()),
+            _ms(t.p90_wall()),
+            _ms(t.median_cpu()),
+            t.flips,
+            "yes" if t.median_wall() < TARGET_S else "NO",
+        ]
         for t in timings
-    )
+    ]
     return (
         "## policy\n\n"
         f"`rules.decide` over the whole fleet, one call per tick (target: median < {TARGET_S * 1e3:g} ms at 1000 "
@@ -150,9 +160,7 @@ def _render(timings: list[Timing], load_before: str, load_after: str, cmd: str) 
         f"load average {load_before} before / {load_after} after; other jobs share this machine). "
         "Fleet model: synthetic replicas on a low->high->low demand; simulator: `policy.sim` at that fleet size "
         "(few ticks). CPU = thread CPU time of the call.\n\n"
-        "| context | rule | replicas | ticks | median ms | p90 ms | median CPU ms | flips | median < 5 ms |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---|\n"
-        f"{rows}\n"
+        + table([*header, f"median < {TARGET_S * 1e3:g} ms"], rows, align="llrrrrrrl")
     )
 
 
@@ -164,7 +172,9 @@ def _loadavg() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m policy.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m loadtests.bench.policy_tick", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--replicas", type=int, default=1000)
     ap.add_argument("--ticks", type=int, default=300)
     ap.add_argument(
@@ -183,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{t.context:12s} {t.rule.value:10s} {t.replicas} replicas, {t.ticks} ticks: median {_ms(t.median_wall())} ms "
             f"(p90 {_ms(t.p90_wall())}, CPU {_ms(t.median_cpu())}), flips {t.flips}"
         )
-    cmd = "python -m policy.bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    cmd = "python -m loadtests.bench.policy_tick " + " ".join(sys.argv[1:] if argv is None else argv)
     write_section(args.out, _render(timings, before, _loadavg(), cmd.strip()))
     print(f"wrote the policy section of {args.out}")
     return 0 if all(t.median_wall() < TARGET_S for t in timings if t.replicas >= 1000) else 1

@@ -4,11 +4,13 @@ Closed-loop clients (each sends the next request when its last one is answered) 
 completions; a poller reads `/specflip/status` twice a second. The report gives, per phase,
 requests, output tok/s and p50 latency, and per replica the mode changes the policy made and
 the accept length the engine reported.
+
+Needs no Locust, gevent or matplotlib: `specflip demo` runs on the serving install (the CLI
+imports this module inside its `demo` subcommand only).
 """
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -16,9 +18,12 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from deployments.client import SpecflipClient
 from deployments.local import LocalApp
+from loadtests.metrics import percentile
+from policy.sim.trace import Phase
 
-__all__ = ["DEFAULT_PHASES", "DemoReport", "Phase", "drive", "format_report"]
+__all__ = ["DEFAULT_PHASES", "DemoReport", "ModeChange", "PhaseResult", "drive", "format_report"]
 
 PROMPTS = (
     "def add(a, b):",
@@ -34,14 +39,12 @@ PROMPTS = (
 )
 
 
-@dataclass(frozen=True)
-class Phase:
-    name: str
-    clients: int  # concurrent closed-loop clients
-    seconds: float
-
-
-DEFAULT_PHASES = (Phase("low", 1, 20.0), Phase("high", 12, 35.0), Phase("low again", 1, 25.0))
+# closed-loop clients per phase (Phase.users)
+DEFAULT_PHASES = (
+    Phase("low", 20.0, users=1),
+    Phase("high", 35.0, users=12),
+    Phase("low again", 25.0, users=1),
+)
 
 
 @dataclass
@@ -82,7 +85,7 @@ def _client(
     max_tokens: int,
 ) -> None:
     i = start
-    with httpx.Client(timeout=300) as http:
+    with SpecflipClient(app.base, timeout=300) as http:
         while not stop.is_set():
             body = {
                 "model": app.config.model.id,
@@ -93,7 +96,7 @@ def _client(
             }
             t0 = time.monotonic()
             try:
-                r = http.post(f"{app.base}/v1/completions", json=body)
+                r = http.post("/v1/completions", body)
                 ok = r.status_code == 200
                 tokens = r.json()["usage"]["completion_tokens"] if ok else 0
             except httpx.HTTPError:
@@ -115,20 +118,20 @@ def drive(
 ) -> DemoReport:
     results: list[PhaseResult] = []
     changes: list[ModeChange] = []
-    modes = {r["replica_id"]: r["mode"] for r in app.status()["replicas"]}
+    modes = {r["replica_id"]: r["mode"] for r in app.client.replicas()}
     began = time.monotonic()
     for phase in phases:
         result, stop, lock = PhaseResult(phase), threading.Event(), threading.Lock()
-        log(f"phase '{phase.name}': {phase.clients} client(s) for {phase.seconds:g} s")
+        log(f"phase '{phase.name}': {phase.users} client(s) for {phase.duration_s:g} s")
         threads = [
             threading.Thread(target=_client, args=(app, stop, result, lock, 3 * k, max_tokens), daemon=True)
-            for k in range(phase.clients)
+            for k in range(phase.users)
         ]
         t0 = time.monotonic()
         for t in threads:
             t.start()
-        while time.monotonic() - t0 < phase.seconds:
-            for r in app.status()["replicas"]:
+        while time.monotonic() - t0 < phase.duration_s:
+            for r in app.client.replicas():
                 if modes.get(r["replica_id"]) != r["mode"]:
                     changes.append(
                         ModeChange(time.monotonic() - began, phase.name, r["replica_id"], r["mode"])
@@ -145,16 +148,17 @@ def drive(
         result.elapsed_s = time.monotonic() - t0
         results.append(result)
         log(f"  {result.requests} requests, {result.tok_s:.1f} output tok/s")
-    final = {r["replica_id"]: r for r in app.status()["replicas"]}
+    final = {r["replica_id"]: r for r in app.client.replicas()}
     return DemoReport(results, changes, final)
 
 
 def format_report(report: DemoReport) -> str:
     lines = ["", "phase        clients  requests  errors  output tok/s  p50 latency"]
     for p in report.phases:
-        p50 = statistics.median(p.latencies) if p.latencies else float("nan")
+        p50 = percentile(p.latencies, 50)
+        p50 = float("nan") if p50 is None else p50
         lines.append(
-            f"{p.phase.name:<12} {p.phase.clients:>7} {p.requests:>9} {p.errors:>7} {p.tok_s:>13.1f} "
+            f"{p.phase.name:<12} {p.phase.users:>7} {p.requests:>9} {p.errors:>7} {p.tok_s:>13.1f} "
             f"{p50:>10.2f} s"
         )
     rows = []

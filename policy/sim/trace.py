@@ -1,5 +1,8 @@
-"""Request traces for the simulator. Pure.
+"""Load phases and request traces. Pure.
 
+`Phase` is the one description of a stretch of load, used by the simulator, the Locust load
+shapes (`loadtests.shapes`) and `specflip demo`: a name, a duration, and either concurrent users
+(closed loop) or an arrival rate (open loop).
 `Trace`: open loop, piecewise-constant Poisson arrivals (requests come whatever the fleet does).
 `ClosedLoop`: Locust-style users, each sending its next request a think time after the last
 one finished, optionally pinned to a replica (session affinity) so replicas see uneven load.
@@ -9,18 +12,19 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
 
-__all__ = [
-    "Arrival", "ClosedLoop", "Phase", "Trace", "UserPhase", "low_high_low", "poisson", "steps", "sticky_users",
-]  # fmt: skip
+__all__ = ["Arrival", "ClosedLoop", "Phase", "Trace", "low_high_low", "poisson", "steps", "sticky_users"]
 
 
 @dataclass(frozen=True)
 class Phase:
+    """`duration_s` seconds of load: `users` concurrent closed-loop users, or Poisson arrivals at
+    `rate_rps` requests per second (open loop; Locust paces its `users` to that rate)."""
+
     name: str
     duration_s: float
-    rate_rps: float  # fleet-wide request arrivals per second
+    users: int = 0
+    rate_rps: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class Arrival:
 class _Phased:
     """What both trace kinds share: named phases back to back, uniform output lengths."""
 
-    phases: tuple[Any, ...]  # Phase or UserPhase: name, duration_s
+    phases: tuple[Phase, ...]
     out_min: int
     out_max: int
 
@@ -58,7 +62,7 @@ class _Phased:
 class Trace(_Phased):
     """Poisson arrivals at each phase's rate; output lengths uniform in [out_min, out_max]."""
 
-    phases: tuple[Phase, ...]
+    phases: tuple[Phase, ...]  # their rate_rps
     prompt_tokens: int = 128
     out_min: int = 64
     out_max: int = 192
@@ -83,13 +87,6 @@ class Trace(_Phased):
 
 
 @dataclass(frozen=True)
-class UserPhase:
-    name: str
-    duration_s: float
-    users: int  # users active in the phase (users 0..users-1; the first ones stay across phases)
-
-
-@dataclass(frozen=True)
 class ClosedLoop(_Phased):
     """Closed-loop users, as Locust runs them: a user sends a request, waits for its last token,
     thinks (exponential, mean `think_s`) and sends the next. When a phase has fewer users, the
@@ -97,7 +94,7 @@ class ClosedLoop(_Phased):
     replica, drawn once with these weights (session affinity, e.g. a cache-aware router keeping
     a tenant's prefix on one replica); None routes every request by least queue instead."""
 
-    phases: tuple[UserPhase, ...]
+    phases: tuple[Phase, ...]  # users 0..users-1 are active in a phase; the first ones stay across phases
     think_s: float = 0.5
     replica_weights: tuple[float, ...] | None = None
     prompt_tokens: int = 128
@@ -136,20 +133,20 @@ def sticky_users(
     weights = tuple(1 / (i + 1) ** skew for i in range(replicas))
     return ClosedLoop(
         (
-            UserPhase("low", phase_s, replicas * low_users),
-            UserPhase("high", phase_s, replicas * high_users),
-            UserPhase("low again", phase_s, replicas * low_users),
+            Phase("low", phase_s, users=replicas * low_users),
+            Phase("high", phase_s, users=replicas * high_users),
+            Phase("low again", phase_s, users=replicas * low_users),
         ),
         replica_weights=weights,
     )
 
 
 def poisson(rate_rps: float, duration_s: float) -> Trace:
-    return Trace((Phase("constant", duration_s, rate_rps),))
+    return Trace((Phase("constant", duration_s, rate_rps=rate_rps),))
 
 
 def steps(rates_rps: list[float], step_s: float) -> Trace:
-    return Trace(tuple(Phase(f"step{i}", step_s, r) for i, r in enumerate(rates_rps)))
+    return Trace(tuple(Phase(f"step{i}", step_s, rate_rps=r) for i, r in enumerate(rates_rps)))
 
 
 def low_high_low(
@@ -168,8 +165,8 @@ def low_high_low(
 
     return Trace(
         (
-            Phase("low", phase_s, rate(low_tok_s)),
-            Phase("high", phase_s, rate(high_tok_s)),
-            Phase("low again", phase_s, rate(low_tok_s)),
+            Phase("low", phase_s, rate_rps=rate(low_tok_s)),
+            Phase("high", phase_s, rate_rps=rate(high_tok_s)),
+            Phase("low again", phase_s, rate_rps=rate(low_tok_s)),
         )
     )

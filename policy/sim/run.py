@@ -1,18 +1,18 @@
 """Discrete-event simulation of a fleet of speculative-decoding replicas under a policy. Pure.
 
-Each replica is a continuous-batching engine (policy.sim_model.EngineModel): when requests
+Each replica is a continuous-batching engine (`policy.sim.model.EngineModel`): when requests
 wait and the batch has room it runs one prefill step for them (first token at its end),
 otherwise one decode step for the whole running batch, where every request gains one
 token (OFF) or `accept_length` tokens (ON). A desired mode is applied at the next step
 boundary (re-enabling adds one draft forward). Requests come from a trace (open-loop
-Poisson arrivals, or closed-loop users: policy.sim_sources) and go to the replica with
+Poisson arrivals, or closed-loop users: `policy.sim.sources`) and go to the replica with
 the least running + waiting (ties at random), unless their user is pinned to one.
 
 Policies: ALWAYS_ON, ALWAYS_OFF, or a dynamic rule run exactly as in production: every
 `tick_s` each replica reports an Observation to a `FleetView` (the actor's memory) and
 gets back the desired mode of the previous tick; then the view ticks `rules.decide`.
 
-`python -m policy.sim --out docs/` runs the low->high->low comparison (policy.sim_report).
+`python -m loadtests.bench.policy_sim --out docs/` runs the comparisons and writes the report.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from policy.fleet import FleetView
-from policy.sim_model import EngineModel, default_model
-from policy.sim_sources import RequestRecord, make_source
-from policy.sim_trace import ClosedLoop, Trace
+from policy.sim.model import EngineModel, default_model
+from policy.sim.sources import SimRequest, make_source
+from policy.sim.trace import ClosedLoop, Trace
 from policy.types import Observation, PolicyConfig, Rule, SpecMode
 
-__all__ = ["RequestRecord", "SimConfig", "SimPolicy", "SimResult", "simulate"]
+__all__ = ["SimConfig", "SimPolicy", "SimResult", "simulate"]
 
 _ON, _OFF = SpecMode.ON, SpecMode.OFF
 
@@ -57,7 +57,7 @@ class SimResult:
     trace: Trace | ClosedLoop
     replicas: int
     end_s: float
-    records: tuple[RequestRecord, ...]
+    records: tuple[SimRequest, ...]
     tokens_per_bin: tuple[float, ...]  # output tokens finished in each bin (fleet)
     on_fraction: tuple[tuple[float, float], ...]  # (time, fraction of replicas ON) at each tick
     flips: tuple[tuple[float, int], ...]  # (time, replica) of every applied mode change
@@ -74,10 +74,10 @@ class _Replica:
 
     def __init__(self, idx: int, mode: SpecMode) -> None:
         self.idx, self.mode, self.pending = idx, mode, mode
-        self.running: list[tuple[float, int, RequestRecord]] = []  # heap by g at which it finishes
+        self.running: list[tuple[float, int, SimRequest]] = []  # heap by g at which it finishes
         self.g = 0.0  # tokens each running request has gained (lockstep)
-        self.waiting: deque[RequestRecord] = deque()
-        self.prefilling: list[RequestRecord] = []
+        self.waiting: deque[SimRequest] = deque()
+        self.prefilling: list[SimRequest] = []
         self.busy = False
         self.resync = False
         self.decode_tokens = self.decode_time = self.batch_time = 0.0  # this tick's decode stats
@@ -283,9 +283,3 @@ def _tick(
     result = fleet.tick(now)
     decision_s.append(result.decision_s)
     decision_cpu_s.append(result.decision_cpu_s)
-
-
-if __name__ == "__main__":
-    from policy.sim_report import main
-
-    raise SystemExit(main())

@@ -3,11 +3,14 @@ many mode changes a replica had (the README run showed a flapping replica pushin
 
 from __future__ import annotations
 
-from deployments.demo import DemoReport, ModeChange, Phase, PhaseResult, format_report
+from loadtests.demo import DemoReport, ModeChange, PhaseResult, format_report
+from policy.sim.trace import Phase
 
 
 def test_replica_rows_stay_aligned_with_long_change_lists() -> None:
-    phases = [PhaseResult(Phase("low", 1, 20), requests=35, tokens=1640, latencies=[0.5, 0.7], elapsed_s=20)]
+    phases = [
+        PhaseResult(Phase("low", 20, users=1), requests=35, tokens=1640, latencies=[0.5, 0.7], elapsed_s=20)
+    ]
     changes = [ModeChange(22, "high", "aaaa", "off"), ModeChange(58, "low again", "aaaa", "on")]
     changes += [
         ModeChange(t, "high", "bbbb", m) for t, m in ((22, "off"), (41, "on"), (43, "off"), (44, "on"))

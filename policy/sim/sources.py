@@ -2,7 +2,7 @@
 
 `OpenSource` replays a Trace's precomputed arrivals. `UserSource` runs ClosedLoop users: a
 request is created when its user sends it, and the next one is scheduled when it finishes.
-Both hand out (record, pinned replica or None) in time order and keep every record made.
+Both hand out (request, pinned replica or None) in time order and keep every request made.
 """
 
 from __future__ import annotations
@@ -12,15 +12,19 @@ import heapq
 import random
 from dataclasses import dataclass
 
-from policy.sim_trace import ClosedLoop, Trace
+from policy.sim.trace import ClosedLoop, Trace
 
-__all__ = ["OpenSource", "RequestRecord", "UserSource", "make_source"]
+__all__ = ["OpenSource", "SimRequest", "UserSource", "make_source"]
 
 _NEVER = float("inf")
 
 
 @dataclass(slots=True)
-class RequestRecord:
+class SimRequest:
+    """One simulated request, mutated as the simulation runs (first token, done). Times in
+    simulated seconds. Measured requests are `loadtests.records.RequestRecord`, a different thing:
+    frozen, from a real stream."""
+
     arrival: float
     prompt_tokens: int
     output_tokens: int
@@ -42,24 +46,24 @@ class RequestRecord:
 
 class OpenSource:
     def __init__(self, trace: Trace, seed: int) -> None:
-        self.records = [RequestRecord(a.at, a.prompt_tokens, a.output_tokens) for a in trace.arrivals(seed)]
+        self.records = [SimRequest(a.at, a.prompt_tokens, a.output_tokens) for a in trace.arrivals(seed)]
         self._next = 0
 
     def next_at(self) -> float:
         return self.records[self._next].arrival if self._next < len(self.records) else _NEVER
 
-    def take(self, t: float) -> tuple[RequestRecord, int | None] | None:
+    def take(self, t: float) -> tuple[SimRequest, int | None] | None:
         q = self.records[self._next]
         self._next += 1
         return q, None
 
-    def finished(self, q: RequestRecord, t: float) -> None:
+    def finished(self, q: SimRequest, t: float) -> None:
         pass
 
 
 class UserSource:
     def __init__(self, trace: ClosedLoop, seed: int, replicas: int) -> None:
-        self.records: list[RequestRecord] = []
+        self.records: list[SimRequest] = []
         self._trace = trace
         self._rng = random.Random(seed)
         self._pin = trace.pinning(replicas, seed)
@@ -73,7 +77,7 @@ class UserSource:
     def next_at(self) -> float:
         return min(self._heap[0][0] if self._heap else _NEVER, self._starts[0] if self._starts else _NEVER)
 
-    def take(self, t: float) -> tuple[RequestRecord, int | None] | None:
+    def take(self, t: float) -> tuple[SimRequest, int | None] | None:
         if self._starts and self._starts[0] <= t:  # a phase starts: its users not yet live begin thinking
             self._starts.pop(0)
             for user in range(self._users_at(t)):
@@ -84,11 +88,11 @@ class UserSource:
             self._live.discard(user)
             return None
         out = self._rng.randint(self._trace.out_min, self._trace.out_max)
-        q = RequestRecord(t, self._trace.prompt_tokens, out, user=user)
+        q = SimRequest(t, self._trace.prompt_tokens, out, user=user)
         self.records.append(q)
         return q, None if self._pin is None else self._pin[user]
 
-    def finished(self, q: RequestRecord, t: float) -> None:
+    def finished(self, q: SimRequest, t: float) -> None:
         self._live.discard(q.user)
         if q.user < self._users_at(t):
             self._schedule(q.user, t)

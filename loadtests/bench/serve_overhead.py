@@ -1,13 +1,13 @@
-"""P6: per-request overhead of the Ray Serve path against calling the engine directly (CPU).
+"""Per-request overhead of the Ray Serve path against calling the engine directly (CPU).
 
-    python -m deployments.bench_overhead [--requests 40] [--max-tokens 1 16] [--pair DIR]
+    python -m loadtests.bench.serve_overhead [--requests 40] [--max-tokens 1 16] [--pair DIR]
 
 Same model pair, same engine settings (the replica's own factory builds both engines), same
 machine, one request at a time, greedy with `ignore_eos` so both paths generate exactly the same
 tokens. Both engines are up at once and requests alternate between the paths, so drift of a
 shared host hits both alike; the overhead is the median of per-pair differences.
 Serve path = HTTP client -> Serve proxy -> SpecFlipIngress (checks, metrics) -> SpecFlipServer
-replica (with its policy tick running) -> engine. Writes the "## Ray Serve overhead (P6)" section
+replica (with its policy tick running) -> engine. Writes the "## Ray Serve overhead" section
 of docs/benchmarks.md (other sections are left alone) and the raw numbers to out/bench_overhead.json.
 """
 
@@ -17,17 +17,19 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtests.markdown import table, write_section
+from loadtests.metrics import percentile
+
 __all__ = ["PathStats", "main"]
 
-ROOT = Path(__file__).resolve().parents[1]
-SECTION = "## Ray Serve overhead (P6)"
+ROOT = Path(__file__).resolve().parents[2]
+SECTION = "## Ray Serve overhead"
 PROMPTS = ("def add(a, b):", "class Stack:", "import os\n\ndef", "for i in range(", "return self.")
 
 
@@ -43,8 +45,7 @@ class PathStats:
 
 
 def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+    return percentile(values, q) or 0.0
 
 
 def _free_port() -> int:
@@ -57,23 +58,18 @@ def _free_port() -> int:
 
 def _measure(config: Any, requests: int, max_tokens: list[int]) -> list[PathStats]:
     """Both paths up at once, requests alternating one at a time: host drift hits both alike."""
-    import httpx
-
     from deployments.engine import build_specflip_engine
     from deployments.local import run_local
 
     engine: Any = build_specflip_engine(config)  # the replica's own factory, in this process
     try:
-        with (
-            run_local(
-                config,
-                host="127.0.0.1",
-                port=_free_port(),
-                worker_pythonpath=str(ROOT),
-                log=lambda line: print(f"bench: {line}", flush=True),
-            ) as app,
-            httpx.Client(timeout=300) as http,
-        ):
+        with run_local(
+            config,
+            host="127.0.0.1",
+            port=_free_port(),
+            worker_pythonpath=str(ROOT),
+            log=lambda line: print(f"bench: {line}", flush=True),
+        ) as app:
 
             def direct(prompt: str, t: int) -> float:
                 started = time.perf_counter()
@@ -91,10 +87,9 @@ def _measure(config: Any, requests: int, max_tokens: list[int]) -> list[PathStat
                     "ignore_eos": True,
                 }
                 started = time.perf_counter()
-                r = http.post(f"{app.base}/v1/completions", json=body)
+                answer = app.client.completion(body)
                 took = time.perf_counter() - started
-                r.raise_for_status()
-                assert r.json()["usage"]["completion_tokens"] == t
+                assert answer["usage"]["completion_tokens"] == t
                 return took
 
             out = []
@@ -116,11 +111,11 @@ def _measure(config: Any, requests: int, max_tokens: list[int]) -> list[PathStat
                     PathStats(
                         t,
                         requests,
-                        statistics.median(ms_d),
-                        statistics.median(ms_s),
-                        statistics.median(b - a for a, b in zip(ms_d, ms_s, strict=True)),
-                        _p(ms_d, 0.9),
-                        _p(ms_s, 0.9),
+                        _p(ms_d, 50),
+                        _p(ms_s, 50),
+                        _p([b - a for a, b in zip(ms_d, ms_s, strict=True)], 50),
+                        _p(ms_d, 90),
+                        _p(ms_s, 90),
                     )
                 )
                 print(
@@ -134,22 +129,25 @@ def _measure(config: Any, requests: int, max_tokens: list[int]) -> list[PathStat
 
 
 def _table(stats: list[PathStats]) -> str:
-    lines = [
-        "| max_tokens | requests | direct p50 (ms) | Ray Serve p50 (ms) | overhead p50 (ms) | direct p90 | "
-        "Serve p90 |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+    header = ["max_tokens", "requests", "direct p50 (ms)", "Ray Serve p50 (ms)", "overhead p50 (ms)"]
+    rows = [
+        [
+            s.max_tokens,
+            s.requests,
+            f"{s.direct_p50_ms:.1f}",
+            f"{s.serve_p50_ms:.1f}",
+            f"**{s.overhead_p50_ms:+.1f}**",
+            f"{s.direct_p90_ms:.1f}",
+            f"{s.serve_p90_ms:.1f}",
+        ]
+        for s in stats
     ]
-    for s in stats:
-        lines.append(
-            f"| {s.max_tokens} | {s.requests} | {s.direct_p50_ms:.1f} | {s.serve_p50_ms:.1f} | "
-            f"**{s.overhead_p50_ms:+.1f}** | {s.direct_p90_ms:.1f} | {s.serve_p90_ms:.1f} |"
-        )
-    return "\n".join(lines)
+    return table([*header, "direct p90", "Serve p90"], rows, align="rrrrrrr").rstrip("\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m deployments.bench_overhead", description=__doc__.split("\n")[0]
+        prog="python -m loadtests.bench.serve_overhead", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--requests", type=int, default=40, help="timed requests per path and max_tokens")
     parser.add_argument("--max-tokens", type=int, nargs="+", default=[1, 16])
@@ -162,10 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=str(ROOT / "out" / "bench_overhead.json"))
     args = parser.parse_args(argv)
 
-    from deployments.defaults import cpu_demo_config, ensure_pair
+    from deployments.defaults import cpu_demo_config, default_pair_dir
+    from patched_worker.models.build import build_pair
 
-    pair = ensure_pair(args.pair, log=lambda line: print(f"bench: {line}", flush=True))
-    config = cpu_demo_config(pair, replicas={"count": 1})
+    pair_dir = os.path.abspath(args.pair or default_pair_dir())
+    paths = build_pair(pair_dir, log=lambda line: print(f"bench: {line}", flush=True))
+    config = cpu_demo_config((paths.target, paths.draft), replicas={"count": 1})
     began = time.time()
     load_before = os.getloadavg()
     stats = _measure(config, args.requests, args.max_tokens)
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             SECTION,
             "",
-            f"`python -m deployments.bench_overhead --requests {args.requests}` on "
+            f"`python -m loadtests.bench.serve_overhead --requests {args.requests}` on "
             f"{time.strftime('%Y-%m-%d', time.gmtime(began))} ({env}; other jobs share this host). One CPU replica "
             "of the tiny trained pair (EAGLE-3 steps 3, topk 1, 4 draft tokens, speculation ON), greedy with "
             "`ignore_eos` so both paths generate the same tokens, one request at a time. Direct = "
@@ -197,8 +197,6 @@ def main(argv: list[str] | None = None) -> int:
             "overhead is far below the paths' p90 - p50 spread, the CPU engine's own jitter hides it.",
         ]
     )
-    from loadtests.benchdoc import write_section  # the one helper every benchmark uses
-
     write_section(Path(args.doc), body)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"env": env, "stats": [asdict(x) for x in stats]}, indent=1))

@@ -1,6 +1,6 @@
 """OFF-mode cost on a GPU: an EAGLE-3 engine held OFF vs a plain engine, side by side in one run.
 
-    python -m patched_worker.bench_off_cost --out DIR [--batches 64,128] [--acc-len 3]
+    python -m loadtests.bench.off_cost --out DIR [--batches 64,128] [--acc-len 3]
 
 Llama-3.1-8B shapes with random weights (`load_format="dummy"`; no checkpoint), bf16,
 flashinfer attention, CUDA graphs, radix cache off. For each batch size N: N requests of
@@ -9,7 +9,7 @@ decode tok/s (from the difference between 256 and 16 new tokens). Engines, one a
 plain (no speculation); specflip (EAGLE-3 3 steps / topk 1 / 4 draft tokens) ON with
 `SGLANG_SIMULATE_ACC_LEN` (simulated acceptance), OFF warm_kv, OFF full_extend, and the
 re-enable (resync) cost; SGLang's own steps=0 path (`speculative_adaptive` whose candidate
-steps at batch >= 64 are [0]). Writes results.json and table.md to DIR.
+steps at batch >= 64 are [0]). Writes results.json to DIR (docs/benchmarks.md has the table).
 """
 
 from __future__ import annotations
@@ -26,15 +26,30 @@ from patched_worker.models.shapes import write_shapes
 
 __all__ = ["main"]
 
+
 def engine_kwargs(target: str, max_bs: int) -> dict:
-    return dict(model_path=target, load_format="dummy", dtype="bfloat16", attention_backend="flashinfer",
-                skip_tokenizer_init=True, disable_radix_cache=True, max_running_requests=max_bs,
-                cuda_graph_max_bs_decode=max_bs, mem_fraction_static=0.75, log_level="error")
+    return dict(
+        model_path=target,
+        load_format="dummy",
+        dtype="bfloat16",
+        attention_backend="flashinfer",
+        skip_tokenizer_init=True,
+        disable_radix_cache=True,
+        max_running_requests=max_bs,
+        cuda_graph_max_bs_decode=max_bs,
+        mem_fraction_static=0.75,
+        log_level="error",
+    )
 
 
 def spec_kwargs(draft: str) -> dict:
-    return dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=draft, speculative_num_steps=3,
-                speculative_eagle_topk=1, speculative_num_draft_tokens=4)
+    return dict(
+        speculative_algorithm="EAGLE3",
+        speculative_draft_model_path=draft,
+        speculative_num_steps=3,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=4,
+    )
 
 
 def prompts(n: int, length: int = 128) -> list[list[int]]:
@@ -44,7 +59,9 @@ def prompts(n: int, length: int = 128) -> list[list[int]]:
 
 def timed(engine, ids, new: int) -> float:
     t = time.perf_counter()
-    engine.generate(input_ids=ids, sampling_params={"max_new_tokens": new, "temperature": 0, "ignore_eos": True})
+    engine.generate(
+        input_ids=ids, sampling_params={"max_new_tokens": new, "temperature": 0, "ignore_eos": True}
+    )
     return time.perf_counter() - t
 
 
@@ -52,7 +69,10 @@ def measure(engine, n: int, new: int = 256, short: int = 16) -> dict:
     ids = prompts(n)
     timed(engine, ids, 8)  # warm-up at this batch size
     t_long, t_short = timed(engine, ids, new), timed(engine, ids, short)
-    return {"e2e_tok_s": round(n * new / t_long, 1), "decode_tok_s": round(n * (new - short) / (t_long - t_short), 1)}
+    return {
+        "e2e_tok_s": round(n * new / t_long, 1),
+        "decode_tok_s": round(n * (new - short) / (t_long - t_short), 1),
+    }
 
 
 def log(msg: str) -> None:
@@ -81,7 +101,10 @@ def run_specflip(target, draft, batches, max_bs, acc_len):
     out: dict = {"on": {}, "off_warm_kv": {}, "off_full_extend": {}, "off_cold": {}}
     try:
         state = eng.get_speculation_state()
-        out["off_cuda_graphs"], out["off_cuda_graphs_note"] = state.off_cuda_graphs, state.off_cuda_graphs_note
+        out["off_cuda_graphs"], out["off_cuda_graphs_note"] = (
+            state.off_cuda_graphs,
+            state.off_cuda_graphs_note,
+        )
         for n in batches:
             out["on"][n] = measure(eng, n)
             log(f"specflip ON n={n}: {out['on'][n]}")
@@ -101,7 +124,11 @@ def run_specflip(target, draft, batches, max_bs, acc_len):
             resync.append(eng.get_speculation_state().last_resync_ms)
         out["resync_ms"] = {"batch": n, "runs": resync}
         st = eng.get_speculation_state()
-        out["final_state"] = {"toggles": st.toggles, "resyncs": st.resyncs, "off_cuda_graphs": st.off_cuda_graphs}
+        out["final_state"] = {
+            "toggles": st.toggles,
+            "resyncs": st.resyncs,
+            "off_cuda_graphs": st.off_cuda_graphs,
+        }
         return out
     finally:
         eng.shutdown()
@@ -113,8 +140,12 @@ def run_steps0(target, draft, batches, max_bs, root):
     cfg = os.path.join(root, "adaptive_steps0.json")
     with open(cfg, "w") as f:
         json.dump({"1": {"candidate_steps": [0, 3]}, "64": {"candidate_steps": [0]}}, f)
-    eng = sglang.Engine(**engine_kwargs(target, max_bs), **spec_kwargs(draft), speculative_adaptive=True,
-                        speculative_adaptive_config=cfg)
+    eng = sglang.Engine(
+        **engine_kwargs(target, max_bs),
+        **spec_kwargs(draft),
+        speculative_adaptive=True,
+        speculative_adaptive_config=cfg,
+    )
     try:
         return {n: measure(eng, n) for n in batches}
     finally:
@@ -122,7 +153,9 @@ def run_steps0(target, draft, batches, max_bs, root):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m patched_worker.bench_off_cost", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m loadtests.bench.off_cost", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--out", default=os.environ.get("OUT", "out/off_cost"))
     p.add_argument("--batches", default="64,128")
     p.add_argument("--acc-len", type=float, default=3.0)
@@ -133,9 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     max_bs = max(batches)
     target, draft = write_shapes(os.path.join(a.out, "shapes"))
     results: dict = {"batches": batches, "acc_len": a.acc_len, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    runs = {"plain": lambda: run_plain(target, batches, max_bs),
-            "specflip": lambda: run_specflip(target, draft, batches, max_bs, a.acc_len),
-            "steps0": lambda: run_steps0(target, draft, batches, max_bs, a.out)}
+    runs = {
+        "plain": lambda: run_plain(target, batches, max_bs),
+        "specflip": lambda: run_specflip(target, draft, batches, max_bs, a.acc_len),
+        "steps0": lambda: run_steps0(target, draft, batches, max_bs, a.out),
+    }
     for name in a.only.split(","):
         t0 = time.time()
         log(f"{name}: starting")

@@ -1,0 +1,107 @@
+"""Every private Ray API specflip uses, in one place, checked against the one Ray release it was
+written for (`ray[serve]==2.60.0`, pinned in pyproject.toml).
+
+Importing this module on another Ray release raises `UnsupportedRayVersion` with the fix, before
+any private name is touched. The rest of `deployments/` imports Ray's private names only from
+here. Each one says what it is, why the public API does not do, and when it can go.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from typing import Any
+
+import ray
+
+__all__ = [
+    "DEFAULT_ENDPOINTS",
+    "RAY_VERSION",
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "OpenAIHTTPException",
+    "SGLangServer",
+    "UnsupportedRayVersion",
+    "check_ray_version",
+    "init_sglang_server_without_engine",
+    "openai_fastapi_app",
+    "sglang_server_state_not_set",
+    "to_model_metadata",
+]
+
+RAY_VERSION = "2.60.0"
+
+
+class UnsupportedRayVersion(RuntimeError):
+    """The installed Ray is not the release specflip's use of Ray internals was written against."""
+
+
+def check_ray_version(found: str | None = None) -> str:
+    found = ray.__version__ if found is None else found
+    if found != RAY_VERSION:
+        raise UnsupportedRayVersion(
+            f"specflip uses Ray Serve LLM internals of Ray {RAY_VERSION} exactly, found {found}: "
+            f"run `pip install 'ray[serve]=={RAY_VERSION}'` (or a specflip release that supports {found})"
+        )
+    return found
+
+
+check_ray_version()
+
+# What each private name is for, and when it can go:
+# - SGLangServer: base class of SpecFlipServer. Ray exports no server class for SGLang (ray.serve.llm
+#   has only LLMServer, the vLLM one). Goes when ray.serve.llm exports an SGLang server class.
+# - ChatCompletionRequest, CompletionRequest: what the ingress's chat/completions routes are
+#   annotated with (FastAPI validates bodies into them), as in Ray's own OpenAiIngress;
+#   ray.serve.llm.openai_api_models has public subclasses. OpenAIHTTPException: what Ray's ingress
+#   raises for client errors. Go when OpenAiIngress's routes take the public models and the
+#   exception is public.
+# - to_model_metadata: the model cards OpenAiIngress takes (Ray's own docs example imports it from
+#   here too). DEFAULT_ENDPOINTS: Ray's OpenAI route map, which ours are added to.
+#   openai_fastapi_app (`init`): the FastAPI app with Ray's middleware that make_fastapi_ingress
+#   would build, so the app can add its own middleware. ray.serve.llm.ingress exports
+#   make_fastapi_ingress but none of these. Go when `build_openai_app` takes extra endpoints and
+#   ASGI middleware.
+from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E402
+    ChatCompletionRequest,
+    CompletionRequest,
+    OpenAIHTTPException,
+    to_model_metadata,
+)
+from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS  # noqa: E402
+from ray.llm._internal.serve.core.ingress.ingress import init as openai_fastapi_app  # noqa: E402
+from ray.llm._internal.serve.engines.sglang import SGLangServer  # noqa: E402
+
+# What SGLangServer.__init__ sets that its methods read. SpecFlipServer does not call that
+# constructor: it builds SGLang's RayEngine (schedulers as Ray actors, one GPU per bundle), while
+# a replica needs the in-process patched engine. `init_sglang_server_without_engine` sets the
+# same attributes but `engine`, which SpecFlipServer then sets from its engine factory;
+# `sglang_server_state_not_set()` (run by tests/deployments/test_ray_compat.py) checks that
+# SGLangServer's methods read nothing else. Goes when SGLangServer takes an engine factory.
+_SGLANG_SERVER_STATE = ("_llm_config", "engine_kwargs", "_is_paused", "_sleeping_tags", "engine")
+
+
+def init_sglang_server_without_engine(server: SGLangServer, llm_config: Any) -> None:
+    """What SGLangServer.__init__ (Ray 2.60.0) sets, except `engine` (the caller's to set)."""
+    server._llm_config = llm_config
+    server.engine_kwargs = dict(llm_config.engine_kwargs)
+    server._is_paused = False
+    server._sleeping_tags = set()
+
+
+def sglang_server_state_not_set() -> set[str]:
+    """Instance attributes SGLangServer's methods read that `init_sglang_server_without_engine`
+    does not set (empty: the shortcut is complete for this Ray)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(SGLangServer)))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+    defined = {n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    read = {
+        node.attr
+        for node in ast.walk(cls)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and isinstance(node.ctx, ast.Load)
+    }
+    return read - defined - set(_SGLANG_SERVER_STATE)
