@@ -7,6 +7,13 @@ forward mode DECODE, seq_lens L+1, one KV slot. The result looks like a verify t
 accepted one token (accept_lens = 1, one token per request), so SGLang's result
 processing, overlap relay (FutureMap) and KV bookkeeping run unchanged.
 
+Structured output: the grammar mask comes from SGLang's plain-decode sampler
+(`model_runner.sample` -> `SamplingBatchInfo.update_regex_vocab_mask`), built from each
+request's grammar state. Under the overlap scheduler the previous step's result is not
+processed yet when this step runs, so its committed tokens (the token decoded here
+included) are not in the grammar yet: the step first calls the scheduler's grammar
+barrier, as upstream's verify does before building its mask (eagle_worker_common.py:571).
+
 Replaces, while OFF: sglang 0.5.17 `EAGLEWorkerV2.forward_batch_generation`'s decode
 branch (srt/speculative/eagle_worker_v2.py:1141-1198: draft + TARGET_VERIFY + draft extend).
 """
@@ -22,11 +29,13 @@ from sglang.srt.speculative.eagle_info import EagleDraftInput
 __all__ = ["run_off_decode"]
 
 
-def run_off_decode(worker, batch, on_publish, capture_aux: bool, graph_runner=None) -> GenerationBatchResult:
+def run_off_decode(worker, batch, on_publish, capture_aux: bool, graph_runner=None,
+                   grammar_barrier=None) -> GenerationBatchResult:
     """Run one DECODE step for every request in `batch`; `batch` fields are restored by the scheduler.
 
     capture_aux: return the target's aux hidden states (needed to write draft K/V).
     graph_runner: plain-decode CUDA graph runner to use instead of the target's verify graphs.
+    grammar_barrier: the overlap scheduler's "advance the grammars over the pending result" call.
     """
     model_runner = worker.target_worker.model_runner
     bs = len(batch.seq_lens)
@@ -65,6 +74,8 @@ def run_off_decode(worker, batch, on_publish, capture_aux: bool, graph_runner=No
     finally:
         model_runner.decode_cuda_graph_runner = saved_runner
     logits_output = out.logits_output
+    if batch.has_grammar and grammar_barrier is not None:
+        grammar_barrier()  # after the forward launch, so this host work overlaps it (as upstream's verify)
     return_logprob = forward_batch.return_logprob
     forward_batch.return_logprob = False  # spec-v2 logprobs are computed below, in the spec layout
     predict = model_runner.sample(logits_output, forward_batch)
