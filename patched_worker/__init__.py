@@ -9,12 +9,15 @@ from __future__ import annotations
 import importlib
 
 __all__ = [
-    "SGLANG_VERSION", "SpecFlipEngine", "SpeculationState", "Strategy", "SwitchConfig", "cpu_engine_kwargs",
-    "install",
+    "SGLANG_VERSION", "SpecFlipControlTimeout", "SpecFlipEngine", "SpeculationRpcError", "SpeculationState",
+    "Strategy", "SwitchConfig", "UnsupportedSetup", "cpu_engine_kwargs", "install",
 ]
 
 _LAZY = {
     "SGLANG_VERSION": "patched_worker.version",
+    "SpecFlipControlTimeout": "patched_worker.errors",
+    "SpeculationRpcError": "patched_worker.errors",
+    "UnsupportedSetup": "patched_worker.errors",
     "SpecFlipEngine": "patched_worker.engine",
     "cpu_engine_kwargs": "patched_worker.engine",
     "SpeculationState": "patched_worker.state",

@@ -38,9 +38,9 @@ SCHEMA = {
     "additionalProperties": False,
 }
 REGEX = r"(def|class) [a-z_]{2,12}\((self)?\):"
-EBNF = '''root ::= ("def " | "class ") name "(" args "):"
+EBNF = """root ::= ("def " | "class ") name "(" args "):"
 name ::= [a-z_]{2,12}
-args ::= "" | "self" | "self, " [a-z]{1,6}'''
+args ::= "" | "self" | "self, " [a-z]{1,6}"""
 EBNF_AS_REGEX = r"(def|class) [a-z_]{2,12}\((|self|self, [a-z]{1,6})\):"
 
 
@@ -49,10 +49,15 @@ def _valid_json(text: str) -> bool:
         value = json.loads(text)
     except ValueError:
         return False
-    return (isinstance(value, dict) and set(value) == {"name", "size", "kind"}
-            and isinstance(value["name"], str) and len(value["name"]) <= 8
-            and type(value["size"]) is int and 0 <= value["size"] <= 999
-            and value["kind"] in ("list", "dict", "set"))
+    return (
+        isinstance(value, dict)
+        and set(value) == {"name", "size", "kind"}
+        and isinstance(value["name"], str)
+        and len(value["name"]) <= 8
+        and type(value["size"]) is int
+        and 0 <= value["size"] <= 999
+        and value["kind"] in ("list", "dict", "set")
+    )
 
 
 CONSTRAINTS = {
@@ -67,9 +72,16 @@ def _batch() -> list[tuple[str | None, dict]]:
     """(constraint kind or None, generate keywords): every kind on 3 prompts, plus 3 free requests."""
     out: list[tuple[str | None, dict]] = []
     for k, (kind, (spec, _)) in enumerate(CONSTRAINTS.items()):
-        for prompt in PROMPTS[k: k + 3]:
-            out.append((kind, {"prompt": prompt, "sampling_params": {"max_new_tokens": MAX_NEW, "temperature": 0,
-                                                                     kind: spec}}))
+        for prompt in PROMPTS[k : k + 3]:
+            out.append(
+                (
+                    kind,
+                    {
+                        "prompt": prompt,
+                        "sampling_params": {"max_new_tokens": MAX_NEW, "temperature": 0, kind: spec},
+                    },
+                )
+            )
     out += [(None, {"prompt": p, "sampling_params": greedy(24)}) for p in PROMPTS[:3]]
     return out
 
@@ -124,7 +136,9 @@ def test_structured_output_equals_plain_with_speculation_on_off_and_toggled(engi
         got = [o["output_ids"] for o in outs]
         assert first_mismatch(got, want) is None, (mode, first_mismatch(got, want))
         ran, idle = ("on_steps", "off_steps") if enabled else ("off_steps", "on_steps")
-        assert getattr(after, ran) > getattr(before, ran) and getattr(after, idle) == getattr(before, idle), mode
+        assert getattr(after, ran) > getattr(before, ran) and getattr(after, idle) == getattr(before, idle), (
+            mode
+        )
     _apply_mode(engine, True)
     before = engine.get_speculation_state()
     for seed in range(3):
