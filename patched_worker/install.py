@@ -6,7 +6,8 @@ Patched (sglang 0.5.17 only; `check_sglang_version` refuses anything else):
 - `EAGLEWorkerV2.on_verify_complete_cpu` (:1285): also feeds the switch's accept-length EMA.
 - `EAGLEWorkerV2.init_cuda_graphs` (:1072): also captures plain DECODE graphs for OFF steps.
 - `Scheduler.handle_rpc_request` (srt/managers/scheduler.py:4304): methods named
-  `specflip_*` return their JSON result in `RpcReqOutput.message` (upstream returns "").
+  `specflip_*` return their JSON result (or error and its type) in `RpcReqOutput.message`
+  (upstream returns ""), with the caller's sequence number (control.py drops stale replies).
 - `Scheduler.specflip_set_speculation` / `specflip_state` / `specflip_configure`: new RPC targets.
 These go when SGLang ships a runtime speculation switch with a plain-decode OFF mode.
 """
