@@ -10,16 +10,22 @@ import importlib
 
 __all__ = [
     "SGLANG_VERSION",
+    "SpecFlipControlTimeout",
     "SpecFlipEngine",
+    "SpeculationRpcError",
     "SpeculationState",
     "Strategy",
     "SwitchConfig",
+    "UnsupportedSetup",
     "cpu_engine_kwargs",
     "install",
 ]
 
 _LAZY = {
     "SGLANG_VERSION": "patched_worker.version",
+    "SpecFlipControlTimeout": "patched_worker.errors",
+    "SpeculationRpcError": "patched_worker.errors",
+    "UnsupportedSetup": "patched_worker.errors",
     "SpecFlipEngine": "patched_worker.engine",
     "cpu_engine_kwargs": "patched_worker.engine",
     "SpeculationState": "patched_worker.state",

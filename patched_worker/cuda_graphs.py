@@ -56,12 +56,23 @@ class PlainDecodeGraphRunner(DecodeCudaGraphRunner):
 
 
 def build_plain_decode_graphs(worker):
-    """Capture plain decode graphs for `worker`'s target, or return (None, reason) to run OFF eager."""
+    """Capture plain decode graphs for `worker`'s target: (runner, "", device bytes they took), or
+    (None, reason, None) to run OFF steps eager.
+
+    The bytes are the drop in free device memory across the capture (graph pool, the new
+    attention backend's workspace, static buffers): what OFF steps cost beyond a speculative engine.
+    """
+    import torch
+
     model_runner = worker.target_worker.model_runner
     if model_runner.decode_cuda_graph_runner is None:
-        return None, "cuda graphs disabled"
+        return None, "cuda graphs disabled", None
     try:
-        return PlainDecodeGraphRunner(model_runner), ""
+        torch.cuda.synchronize()
+        free_before = torch.cuda.mem_get_info()[0]
+        runner = PlainDecodeGraphRunner(model_runner)
+        torch.cuda.synchronize()
+        return runner, "", max(0, free_before - torch.cuda.mem_get_info()[0])
     except Exception as e:  # OFF steps still run, eager; the state says why
         logger.exception("specflip: plain decode CUDA graph capture failed; OFF steps run eager")
-        return None, f"{type(e).__name__}: {e}"
+        return None, f"{type(e).__name__}: {e}", None

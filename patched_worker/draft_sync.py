@@ -11,6 +11,7 @@ inputs for the draft row at L.
   which also refreshes `topk_p` / `topk_index` / `hidden_states` for the next ON draft.
 - `stub_draft_state`: shape-valid zeros for the fields the next OFF step does not read
   (the overlap FutureMap stashes them).
+- `warm_kv_unsupported`: why `write_draft_kv` cannot serve this draft (checked once at start).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-__all__ = ["write_draft_kv", "draft_extend_one", "stub_draft_state"]
+__all__ = ["write_draft_kv", "draft_extend_one", "stub_draft_state", "warm_kv_unsupported"]
 
 
 @contextlib.contextmanager
@@ -31,9 +32,41 @@ def _draft_context(worker):
     )
 
     dw = worker.draft_worker
-    with dw.draft_tp_context(dw.draft_runner.tp_group), speculative_moe_backend_context(), \
-            speculative_moe_a2a_backend_context():
+    with (
+        dw.draft_tp_context(dw.draft_runner.tp_group),
+        speculative_moe_backend_context(),
+        speculative_moe_a2a_backend_context(),
+    ):
         yield
+
+
+def warm_kv_unsupported(worker) -> str | None:
+    """None if `write_draft_kv` handles this draft's layout, else the reason (one line).
+
+    warm_kv reproduces sglang 0.5.17 llama_eagle3's layer-0 K/V math (fc over the aux states,
+    [embeds | hidden] into qkv_proj, rotary on plain positions) and writes it by token slot
+    into an MHA pool; anything else needs the draft's own forward (full_extend).
+    """
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+    from sglang.srt.models.llama_eagle3 import LlamaForCausalLMEagle3, LlamaModel
+
+    runner = worker.draft_worker.draft_runner
+    model = runner.model
+    if type(model) is not LlamaForCausalLMEagle3 or type(getattr(model, "model", None)) is not LlamaModel:
+        return f"draft architecture {type(model).__name__} (warm_kv writes LlamaForCausalLMEagle3's K/V only)"
+    layers = len(model.model.layers)
+    if layers != 1:
+        return (
+            f"draft has {layers} decoder layers (warm_kv writes layer 0 only; deeper layers need attention)"
+        )
+    if model.model.is_mrope_enabled:
+        return "draft uses mrope positions (warm_kv applies plain rotary positions)"
+    if getattr(model, "_draft_window_size", None) is not None:
+        return "draft uses a sliding attention window (warm_kv writes full-attention KV slots only)"
+    pool = runner.token_to_kv_pool
+    if not isinstance(pool, MHATokenToKVPool):
+        return f"draft KV pool {type(pool).__name__} (warm_kv writes an MHATokenToKVPool)"
+    return None
 
 
 def stub_draft_state(worker, batch, result) -> None:
@@ -61,20 +94,27 @@ def write_draft_kv(worker, batch, result) -> None:
         # rotary kernels may work in place: give q its own (k-shaped) buffer and drop it
         _, k = attn_mod.rotary_emb(positions, k.clone(), k)
         pool = worker.draft_worker.draft_runner.token_to_kv_pool
-        pool.set_kv_buffer(attn, batch.out_cache_loc,
-                           k.reshape(-1, attn.tp_k_head_num, attn.qk_head_dim),
-                           v.reshape(-1, attn.tp_v_head_num, attn.v_head_dim),
-                           attn.k_scale, attn.v_scale)
+        pool.set_kv_buffer(
+            attn,
+            batch.out_cache_loc,
+            k.reshape(-1, attn.tp_k_head_num, attn.qk_head_dim),
+            v.reshape(-1, attn.tp_v_head_num, attn.v_head_dim),
+            attn.k_scale,
+            attn.v_scale,
+        )
 
 
 def _kv_projection(attn_mod, x: torch.Tensor):
     """k, v of the fused qkv projection, skipping the q rows when the weight is a plain tensor."""
     proj = attn_mod.qkv_proj
     weight = getattr(proj, "weight", None)
-    plain = weight is not None and weight.dtype in (torch.float32, torch.bfloat16, torch.float16) \
+    plain = (
+        weight is not None
+        and weight.dtype in (torch.float32, torch.bfloat16, torch.float16)
         and getattr(proj, "bias", None) is None
+    )
     if plain:
-        kv = F.linear(x, weight[attn_mod.q_size:])  # TP-local rows: [q | k | v] per rank
+        kv = F.linear(x, weight[attn_mod.q_size :])  # TP-local rows: [q | k | v] per rank
         return kv.split([attn_mod.kv_size, attn_mod.kv_size], dim=-1)
     qkv, _ = proj(x)
     _, k, v = qkv.split([attn_mod.q_size, attn_mod.kv_size, attn_mod.kv_size], dim=-1)

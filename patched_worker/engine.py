@@ -7,41 +7,54 @@ function that calls `install()` there first, then runs SGLang's scheduler.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
-import threading
 
-import zmq
 from sglang.srt.entrypoints.engine import Engine
-from sglang.srt.managers.io_struct import RpcReqInput, RpcReqOutput, sock_recv, sock_send
 from sglang.srt.utils import kill_process_tree
 
+from patched_worker.control import ControlChannel
+from patched_worker.errors import SpecFlipControlTimeout, SpeculationRpcError, UnsupportedSetup
 from patched_worker.install import run_scheduler_process
+from patched_worker.setup_check import check_engine_setup, check_strategy, cold_allowed
 from patched_worker.state import SpeculationState, Strategy, SwitchConfig
 from patched_worker.version import check_sglang_version
 
-__all__ = ["SpecFlipEngine", "SpeculationRpcError", "cpu_engine_kwargs"]
-
-
-class SpeculationRpcError(RuntimeError):
-    """The scheduler refused a speculation-control call; the message says why."""
+__all__ = [
+    "SpecFlipControlTimeout",
+    "SpecFlipEngine",
+    "SpeculationRpcError",
+    "UnsupportedSetup",
+    "cpu_engine_kwargs",
+]
 
 
 class SpecFlipEngine(Engine):
     """sglang.Engine + `set_speculation(enabled)` / `get_speculation_state()`.
 
-    switch: scheduler-side settings (strategy while OFF, initial mode). Every other
-    keyword goes to `sglang.Engine` unchanged.
+    switch: scheduler-side settings (strategy while OFF, initial mode).
+    control_timeout_s: how long a control call waits for the scheduler's reply
+    (SpecFlipControlTimeout after that). Every other keyword goes to `sglang.Engine` unchanged.
+    Setups the switch does not support are refused here, before anything starts (UnsupportedSetup).
     """
 
-    def __init__(self, switch: SwitchConfig | None = None, **engine_kwargs):
+    def __init__(
+        self, switch: SwitchConfig | None = None, *, control_timeout_s: float = 60.0, **engine_kwargs
+    ):
         check_sglang_version()
-        self.switch_config = switch or SwitchConfig()
+        switch = switch or SwitchConfig()
+        if cold_allowed(switch):  # the environment's benchmark flag travels in the config
+            switch = dataclasses.replace(switch, allow_cold=True)
+        check_engine_setup(engine_kwargs, switch)
+        self.switch_config = switch
         self.run_scheduler_process_func = functools.partial(
             run_scheduler_process, self.switch_config.to_json()
         )
-        self._rpc_lock = threading.Lock()
+        self._control: ControlChannel | None = None
         super().__init__(**engine_kwargs)
+        if self.send_to_rpc is not None:
+            self._control = ControlChannel(self.send_to_rpc, control_timeout_s)
 
     def shutdown(self) -> None:
         """Stop this engine's own scheduler and detokenizer processes only.
@@ -63,6 +76,7 @@ class SpecFlipEngine(Engine):
         if daemons:
             self._terminate_weight_cache_daemons(daemons)
             self._weight_cache_daemon_procs = []
+        self._control = None  # control calls now say the engine is not running
         if getattr(self, "send_to_rpc", None) is not None:
             self.send_to_rpc.close(linger=0)
             self.send_to_rpc = None
@@ -70,33 +84,37 @@ class SpecFlipEngine(Engine):
             kill_process_tree(proc.pid, include_parent=True, wait_timeout=60)
         self._specflip_closed = True
 
-    def _specflip_rpc(self, method: str, **params) -> dict:
-        """Collective RPC to every scheduler rank; the JSON result comes back in the reply."""
-        if self.send_to_rpc is None:
-            raise SpeculationRpcError("speculation control is only reachable from node rank 0")
-        with self._rpc_lock:  # one zmq DEALER socket: one request in flight
-            sock_send(self.send_to_rpc, RpcReqInput(method=method, parameters=params or None))
-            reply = sock_recv(self.send_to_rpc, flags=zmq.BLOCKY)
-        if not isinstance(reply, RpcReqOutput) or not reply.success:
-            raise SpeculationRpcError(getattr(reply, "message", repr(reply)))
-        return json.loads(reply.message)
+    def _specflip_rpc(self, call: str, method: str, timeout_s: float | None = None, **params) -> dict:
+        if self._control is None:
+            raise SpeculationRpcError(
+                "speculation control is only reachable from node rank 0, on an engine that is running"
+            )
+        return self._control.call(call, method, timeout_s, **params)
 
-    def set_speculation(self, enabled: bool) -> None:
+    def set_speculation(self, enabled: bool, *, timeout_s: float | None = None) -> None:
         """Ask for speculation ON or OFF; applied at the next decode step (idempotent)."""
-        self._specflip_rpc("specflip_set_speculation", enabled=bool(enabled))
+        self._specflip_rpc("set_speculation", "specflip_set_speculation", timeout_s, enabled=bool(enabled))
 
-    def set_strategy(self, strategy: Strategy) -> None:
-        """Change what the draft does while OFF (takes effect at the next OFF step)."""
-        self._specflip_rpc("specflip_configure", strategy=Strategy(strategy).value)
+    def set_strategy(self, strategy: Strategy, *, timeout_s: float | None = None) -> None:
+        """Change what the draft does while OFF (takes effect at the next OFF step).
 
-    def schedule_flips(self, steps: list[int]) -> None:
+        Refuses (UnsupportedSetup) `cold` outside benchmarks and `warm_kv` for a draft it cannot serve."""
+        strategy = Strategy(strategy)
+        check_strategy(strategy, self.switch_config.allow_cold)
+        self._specflip_rpc("set_strategy", "specflip_configure", timeout_s, strategy=strategy.value)
+
+    def schedule_flips(self, steps: list[int], *, timeout_s: float | None = None) -> None:
         """Toggle speculation at these decode steps from now (1 = next step); replaces earlier ones."""
         if not steps or min(steps) < 1:
             raise ValueError("schedule_flips needs step offsets >= 1")
-        self._specflip_rpc("specflip_configure", flip_at=",".join(str(int(s)) for s in steps))
+        self._specflip_rpc(
+            "schedule_flips", "specflip_configure", timeout_s, flip_at=",".join(str(int(s)) for s in steps)
+        )
 
-    def get_speculation_state(self) -> SpeculationState:
-        return SpeculationState.from_json(json.dumps(self._specflip_rpc("specflip_state")))
+    def get_speculation_state(self, *, timeout_s: float | None = None) -> SpeculationState:
+        return SpeculationState.from_json(
+            json.dumps(self._specflip_rpc("get_speculation_state", "specflip_state", timeout_s))
+        )
 
 
 def cpu_engine_kwargs(

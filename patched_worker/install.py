@@ -6,7 +6,8 @@ Patched (sglang 0.5.17 only; `check_sglang_version` refuses anything else):
 - `EAGLEWorkerV2.on_verify_complete_cpu` (:1285): also feeds the switch's accept-length EMA.
 - `EAGLEWorkerV2.init_cuda_graphs` (:1072): also captures plain DECODE graphs for OFF steps.
 - `Scheduler.handle_rpc_request` (srt/managers/scheduler.py:4304): methods named
-  `specflip_*` return their JSON result in `RpcReqOutput.message` (upstream returns "").
+  `specflip_*` return their JSON result (or error and its type) in `RpcReqOutput.message`
+  (upstream returns ""), with the caller's sequence number (control.py drops stale replies).
 - `Scheduler.specflip_set_speculation` / `specflip_state` / `specflip_configure`: new RPC targets.
 These go when SGLang ships a runtime speculation switch with a plain-decode OFF mode.
 """
@@ -75,7 +76,9 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
         from patched_worker.cuda_graphs import build_plain_decode_graphs
 
         sw = switch_of(self)
-        sw.plain_decode_graphs, sw.plain_decode_graphs_note = build_plain_decode_graphs(self)
+        sw.plain_decode_graphs, sw.plain_decode_graphs_note, sw.plain_decode_graphs_bytes = (
+            build_plain_decode_graphs(self)
+        )
 
     @functools.wraps(upstream_verify_complete)
     def on_verify_complete_cpu(self, num_correct_drafts_per_req, batch_size=0):
@@ -114,13 +117,14 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
             return upstream_rpc(self, recv_req)
         from torch.distributed import barrier
 
+        params = dict(recv_req.parameters or {})
+        seq = params.pop("_seq", None)  # echoed: the caller drops replies to calls it gave up on
         try:
-            payload = getattr(self, recv_req.method)(**(recv_req.parameters or {}))
-            out = RpcReqOutput(success=True, message=json.dumps(payload))
+            body = {"seq": seq, "result": getattr(self, recv_req.method)(**params)}
         except Exception as e:  # reported to the caller, the scheduler keeps running
-            out = RpcReqOutput(success=False, message=f"{type(e).__name__}: {e}")
+            body = {"seq": seq, "error": str(e), "type": type(e).__name__}
         barrier(group=self.tp_group.cpu_group)
-        return out
+        return RpcReqOutput(success="error" not in body, message=json.dumps(body))
 
     from patched_worker import profile_off
     from patched_worker.switch import SpecSwitch

@@ -7,6 +7,13 @@ forward mode DECODE, seq_lens L+1, one KV slot. The result looks like a verify t
 accepted one token (accept_lens = 1, one token per request), so SGLang's result
 processing, overlap relay (FutureMap) and KV bookkeeping run unchanged.
 
+Structured output: the grammar mask comes from SGLang's plain-decode sampler
+(`model_runner.sample` -> `SamplingBatchInfo.update_regex_vocab_mask`), built from each
+request's grammar state. Under the overlap scheduler the previous step's result is not
+processed yet when this step runs, so its committed tokens (the token decoded here
+included) are not in the grammar yet: the step first calls the scheduler's grammar
+barrier, as upstream's verify does before building its mask (eagle_worker_common.py:571).
+
 Replaces, while OFF: sglang 0.5.17 `EAGLEWorkerV2.forward_batch_generation`'s decode
 branch (srt/speculative/eagle_worker_v2.py:1141-1198: draft + TARGET_VERIFY + draft extend).
 """
@@ -22,11 +29,14 @@ from sglang.srt.speculative.eagle_info import EagleDraftInput
 __all__ = ["run_off_decode"]
 
 
-def run_off_decode(worker, batch, on_publish, capture_aux: bool, graph_runner=None) -> GenerationBatchResult:
+def run_off_decode(
+    worker, batch, on_publish, capture_aux: bool, graph_runner=None, grammar_barrier=None
+) -> GenerationBatchResult:
     """Run one DECODE step for every request in `batch`; `batch` fields are restored by the scheduler.
 
     capture_aux: return the target's aux hidden states (needed to write draft K/V).
     graph_runner: plain-decode CUDA graph runner to use instead of the target's verify graphs.
+    grammar_barrier: the overlap scheduler's "advance the grammars over the pending result" call.
     """
     model_runner = worker.target_worker.model_runner
     bs = len(batch.seq_lens)
@@ -36,8 +46,13 @@ def run_off_decode(worker, batch, on_publish, capture_aux: bool, graph_runner=No
 
     # the bonus token's K/V goes to the slot reserved at position L (eagle_prepare_for_decode reserved it)
     batch.out_cache_loc = assign_extend_cache_locs_uniform_func(
-        req_pool_indices=batch.req_pool_indices, req_to_token=worker.req_to_token_pool.req_to_token,
-        start_offset=committed, batch_size=bs, draft_token_num=1, device=worker.device)
+        req_pool_indices=batch.req_pool_indices,
+        req_to_token=worker.req_to_token_pool.req_to_token,
+        start_offset=committed,
+        batch_size=bs,
+        draft_token_num=1,
+        device=worker.device,
+    )
     slots = batch.out_cache_loc
     new_seq_lens = committed + 1
     if on_publish is not None:
@@ -55,8 +70,11 @@ def run_off_decode(worker, batch, on_publish, capture_aux: bool, graph_runner=No
     elif batch.seq_lens_sum is not None:
         batch.seq_lens_sum = batch.seq_lens_sum + bs
     forward_batch = ForwardBatch.init_new(
-        batch, model_runner, return_hidden_states_before_norm=False,
-        capture_hidden_mode=CaptureHiddenMode.FULL if capture_aux else CaptureHiddenMode.NULL)
+        batch,
+        model_runner,
+        return_hidden_states_before_norm=False,
+        capture_hidden_mode=CaptureHiddenMode.FULL if capture_aux else CaptureHiddenMode.NULL,
+    )
 
     saved_runner = model_runner.decode_cuda_graph_runner
     model_runner.decode_cuda_graph_runner = graph_runner  # never replay a TARGET_VERIFY graph here
@@ -65,6 +83,8 @@ def run_off_decode(worker, batch, on_publish, capture_aux: bool, graph_runner=No
     finally:
         model_runner.decode_cuda_graph_runner = saved_runner
     logits_output = out.logits_output
+    if batch.has_grammar and grammar_barrier is not None:
+        grammar_barrier()  # after the forward launch, so this host work overlaps it (as upstream's verify)
     return_logprob = forward_batch.return_logprob
     forward_batch.return_logprob = False  # spec-v2 logprobs are computed below, in the spec layout
     predict = model_runner.sample(logits_output, forward_batch)

@@ -14,7 +14,7 @@ class Strategy(enum.StrEnum):
 
     WARM_KV = "warm_kv"  # write only the draft layer's K/V for each new position (cheap, stays warm)
     FULL_EXTEND = "full_extend"  # run the draft forward every OFF step (upstream steps=0 behaviour)
-    COLD = "cold"  # no draft work, no resync: a counter-example, never a default
+    COLD = "cold"  # no draft work, no resync: a benchmark-only counter-example (refused unless allowed)
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class SwitchConfig:
     start_enabled: bool = True
     accept_ema_alpha: float = 0.2
     trace_len: int = 256  # recent per-step records kept for state queries
+    allow_cold: bool = False  # benchmark-only: permit Strategy.COLD (see setup_check.ALLOW_COLD_ENV)
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "strategy": self.strategy.value})
@@ -37,26 +38,31 @@ class SwitchConfig:
 
 @dataclass(frozen=True)
 class SpeculationState:
-    """What `SpecFlipEngine.get_speculation_state()` returns."""
+    """What `SpecFlipEngine.get_speculation_state()` returns (fields documented in docs/patched_worker.md)."""
 
     enabled: bool  # speculation in effect for the next decode step
     requested: bool  # last mode asked for (differs from `enabled` until the next decode step)
-    strategy: Strategy
+    strategy: Strategy  # draft upkeep in force while OFF (after any fallback)
     steps: int
     topk: int
     draft_tokens: int
     toggles: int  # flips applied so far
     accept_length_ema: float | None  # accepted tokens per verify while ON (EMA over steps)
-    on_steps: int
-    off_steps: int
-    resyncs: int
+    on_steps: int  # decode steps run with speculation (draft + verify)
+    off_steps: int  # decode steps run as a plain decode (resync steps included)
+    resyncs: int  # decode-mode draft resyncs launched (one per OFF -> ON flip, none under cold)
     running: int
     waiting: int
     patched: bool = True
     sglang_version: str = ""
     off_cuda_graphs: bool = False  # OFF steps replay plain DECODE CUDA graphs
     off_cuda_graphs_note: str = ""  # why not, when they do not
-    last_resync_ms: float | None = None  # duration of the last decode-mode draft resync
+    off_cuda_graphs_bytes: int | None = None  # device memory the OFF graphs took at capture (None: no graphs)
+    last_resync_ms: float | None = None  # duration of the last timed resync (device time on CUDA)
+    resync_ms_total: float = 0.0  # summed over timed resyncs
+    resyncs_timed: int = 0  # resyncs whose duration is known (a resync still on the device is not yet)
+    strategy_configured: Strategy | None = None  # what the config or the last set_strategy asked for
+    strategy_fallback: str = ""  # why `strategy` differs from `strategy_configured` ("" when it does not)
     # cumulative decode-step counters: tokens committed, seconds spent, steps, requests summed over steps
     decode_tokens: int = 0
     decode_seconds: float = 0.0
@@ -69,6 +75,8 @@ class SpeculationState:
     def from_json(cls, text: str) -> SpeculationState:
         raw = json.loads(text)
         raw["strategy"] = Strategy(raw["strategy"])
+        if raw.get("strategy_configured") is not None:
+            raw["strategy_configured"] = Strategy(raw["strategy_configured"])
         raw["trace"] = [tuple(t) for t in raw.get("trace", [])]
         return cls(**raw)
 

@@ -16,35 +16,75 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import threading
 import time
 
 from patched_worker import draft_sync, off_decode
+from patched_worker.errors import UnsupportedSetup
+from patched_worker.setup_check import check_strategy, cold_allowed
 from patched_worker.state import SpeculationState, Strategy, SwitchConfig
 
 __all__ = ["SpecSwitch"]
 
+logger = logging.getLogger(__name__)
 
 _MAX_STEP_GAP_S = 5.0  # a longer gap between two decode results is an idle period, not a step
 
 
-def _synced_clock() -> float:
-    import torch
+class _ResyncTimer:
+    """Resync durations without a device-wide sync: CUDA events on the forward stream, read once done.
 
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter()
+    On CPU (no CUDA) the resync has finished when the call returns: wall time.
+    """
+
+    def __init__(self):
+        import torch
+
+        self._cuda = torch.cuda.is_available()
+        self._pending: collections.deque = collections.deque()
+        self.timed, self.total_ms, self.last_ms = 0, 0.0, None
+
+    def start(self):
+        if not self._cuda:
+            return time.perf_counter()
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def stop(self, started) -> None:
+        if not self._cuda:
+            self._add((time.perf_counter() - started) * 1e3)
+            return
+        import torch
+
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        self._pending.append((started, end))
+
+    def collect(self) -> None:
+        """Add the resyncs that have finished on the device (query() never blocks)."""
+        while self._pending and self._pending[0][1].query():
+            start, end = self._pending.popleft()
+            self._add(start.elapsed_time(end))
+
+    def _add(self, ms: float) -> None:
+        self.timed += 1
+        self.total_ms += ms
+        self.last_ms = ms
 
 
 class SpecSwitch:
     def __init__(self, worker, config: SwitchConfig):
+        check_strategy(config.strategy, cold_allowed(config))
         self.worker = worker
-        self.config = config
         self.enabled = config.start_enabled
         self.requested = config.start_enabled
         self.toggles = self.on_steps = self.off_steps = self.resyncs = 0
         self.accept_ema: float | None = None
-        self.last_resync_ms: float | None = None
+        self.resync_timer = _ResyncTimer()
         # decode-step throughput counters (CPU clock between consecutive decode results; a gap that
         # spans a prefill batch or an idle period is not decode time and is left out)
         self.decode_tokens = self.decode_steps = self.decode_requests = 0
@@ -53,17 +93,37 @@ class SpecSwitch:
         self._prefill_since_result = False
         self.plain_decode_graphs = None  # PlainDecodeGraphRunner on CUDA hosts with graphs enabled
         self.plain_decode_graphs_note = "not captured yet"
+        self.plain_decode_graphs_bytes: int | None = None
         self._step = 0
         self._flip_at: set[int] = set()  # scripted flips: decode step numbers at which `requested` toggles
         self._launched: collections.deque[tuple[int, str, int]] = collections.deque(maxlen=4096)
-        self.trace: collections.deque[tuple[int, str, int, float]] = collections.deque(maxlen=config.trace_len)
+        self.trace: collections.deque[tuple[int, str, int, float]] = collections.deque(
+            maxlen=config.trace_len
+        )
         self._lock = threading.Lock()
+        # the draft's layout, checked once: warm_kv falls back to full_extend where it cannot write the K/V
+        self.warm_kv_unsupported = draft_sync.warm_kv_unsupported(worker)
+        self.strategy_configured = config.strategy
+        self.strategy_fallback = ""
+        if config.strategy is Strategy.WARM_KV and self.warm_kv_unsupported:
+            self.strategy_fallback = f"warm_kv unsupported: {self.warm_kv_unsupported}"
+            config = dataclasses.replace(config, strategy=Strategy.FULL_EXTEND)
+            logger.warning("specflip: %s; OFF steps run full_extend instead", self.strategy_fallback)
+        self.config = config
 
     def request(self, enabled: bool) -> None:
         self.requested = bool(enabled)
 
     def set_strategy(self, strategy: Strategy) -> None:
+        """Change the draft upkeep while OFF; refuses what this engine cannot run (UnsupportedSetup)."""
+        strategy = Strategy(strategy)
+        check_strategy(strategy, cold_allowed(self.config))
+        if strategy is Strategy.WARM_KV and self.warm_kv_unsupported:
+            raise UnsupportedSetup(
+                f"warm_kv is not available for this draft ({self.warm_kv_unsupported}): use full_extend"
+            )
         self.config = dataclasses.replace(self.config, strategy=strategy)
+        self.strategy_configured, self.strategy_fallback = strategy, ""
 
     def schedule_flips(self, offsets: list[int]) -> None:
         """Toggle the requested mode at these decode steps from now (1 = the next one): reproducible runs."""
@@ -76,6 +136,7 @@ class SpecSwitch:
 
     def decode_step(self, upstream, batch, on_publish, grammar_barrier):
         """One decode iteration: upstream EAGLE-3 when ON, a plain decode when OFF."""
+        self.resync_timer.collect()
         if batch.forward_mode.is_idle():
             return upstream(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
         if self._step + 1 in self._flip_at:
@@ -92,12 +153,17 @@ class SpecSwitch:
         strategy = self.config.strategy
         resync = self.requested  # ON pending: this OFF step doubles as the draft resync
         result = off_decode.run_off_decode(
-            self.worker, batch, on_publish, capture_aux=resync or strategy is not Strategy.COLD,
-            graph_runner=self.plain_decode_graphs)
+            self.worker,
+            batch,
+            on_publish,
+            capture_aux=resync or strategy is not Strategy.COLD,
+            graph_runner=self.plain_decode_graphs,
+            grammar_barrier=grammar_barrier,
+        )
         if resync:
-            t0 = _synced_clock()
+            started = self.resync_timer.start()
             draft_sync.draft_extend_one(self.worker, batch, result)
-            self.last_resync_ms = (_synced_clock() - t0) * 1e3  # one sync per flip, not per step
+            self.resync_timer.stop(started)
         elif strategy is Strategy.FULL_EXTEND:
             draft_sync.draft_extend_one(self.worker, batch, result)
         elif strategy is Strategy.WARM_KV:
@@ -143,16 +209,40 @@ class SpecSwitch:
         self.trace.append((step, kind, bs, mean_accept))
         if kind == "on":
             a = self.config.accept_ema_alpha
-            self.accept_ema = mean_accept if self.accept_ema is None else (1 - a) * self.accept_ema + a * mean_accept
+            self.accept_ema = (
+                mean_accept if self.accept_ema is None else (1 - a) * self.accept_ema + a * mean_accept
+            )
 
     def state(self, running: int, waiting: int, version: str) -> SpeculationState:
-        w = self.worker
+        w, timer = self.worker, self.resync_timer
+        timer.collect()
         return SpeculationState(
-            enabled=self.enabled, requested=self.requested, strategy=self.config.strategy,
-            steps=w.speculative_num_steps, topk=w.topk, draft_tokens=w.speculative_num_draft_tokens,
-            toggles=self.toggles, accept_length_ema=self.accept_ema, on_steps=self.on_steps,
-            off_steps=self.off_steps, resyncs=self.resyncs, running=running, waiting=waiting,
-            patched=True, sglang_version=version, off_cuda_graphs=self.plain_decode_graphs is not None,
-            off_cuda_graphs_note=self.plain_decode_graphs_note, last_resync_ms=self.last_resync_ms,
-            decode_tokens=self.decode_tokens, decode_seconds=self.decode_seconds, decode_steps=self.decode_steps,
-            decode_requests=self.decode_requests, trace=list(self.trace))
+            enabled=self.enabled,
+            requested=self.requested,
+            strategy=self.config.strategy,
+            steps=w.speculative_num_steps,
+            topk=w.topk,
+            draft_tokens=w.speculative_num_draft_tokens,
+            toggles=self.toggles,
+            accept_length_ema=self.accept_ema,
+            on_steps=self.on_steps,
+            off_steps=self.off_steps,
+            resyncs=self.resyncs,
+            running=running,
+            waiting=waiting,
+            patched=True,
+            sglang_version=version,
+            off_cuda_graphs=self.plain_decode_graphs is not None,
+            off_cuda_graphs_note=self.plain_decode_graphs_note,
+            off_cuda_graphs_bytes=self.plain_decode_graphs_bytes,
+            last_resync_ms=timer.last_ms,
+            resync_ms_total=timer.total_ms,
+            resyncs_timed=timer.timed,
+            strategy_configured=self.strategy_configured,
+            strategy_fallback=self.strategy_fallback,
+            decode_tokens=self.decode_tokens,
+            decode_seconds=self.decode_seconds,
+            decode_steps=self.decode_steps,
+            decode_requests=self.decode_requests,
+            trace=list(self.trace),
+        )

@@ -91,11 +91,13 @@ def run_plain(target, batches, max_bs):
 
 def run_specflip(target, draft, batches, max_bs, acc_len):
     from patched_worker.engine import SpecFlipEngine
-    from patched_worker.state import Strategy
+    from patched_worker.state import Strategy, SwitchConfig
 
     os.environ["SGLANG_SIMULATE_ACC_LEN"] = str(acc_len)  # read when the scheduler imports spec_utils
     try:
-        eng = SpecFlipEngine(**engine_kwargs(target, max_bs), **spec_kwargs(draft))
+        eng = SpecFlipEngine(
+            SwitchConfig(allow_cold=True), **engine_kwargs(target, max_bs), **spec_kwargs(draft)
+        )
     finally:
         del os.environ["SGLANG_SIMULATE_ACC_LEN"]
     out: dict = {"on": {}, "off_warm_kv": {}, "off_full_extend": {}, "off_cold": {}}

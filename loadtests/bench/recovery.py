@@ -95,11 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     from patched_worker.engine import SpecFlipEngine, cpu_engine_kwargs
     from patched_worker.models.build import build_pair
     from patched_worker.models.corpus import held_out_prompts
+    from patched_worker.state import SwitchConfig
 
     pair = build_pair(a.pair)
     prompts = held_out_prompts(AutoTokenizer.from_pretrained(pair.target), a.prompts, 32, seed=99)
     t0 = time.time()
-    engine = SpecFlipEngine(**cpu_engine_kwargs(pair.target, pair.draft, steps=3, topk=1, draft_tokens=4))
+    engine = SpecFlipEngine(
+        SwitchConfig(allow_cold=True),  # cold is measured here as the counter-example
+        **cpu_engine_kwargs(pair.target, pair.draft, steps=3, topk=1, draft_tokens=4),
+    )
     try:
         r = recovery(
             engine, prompts, on_before=a.on_before, off=a.off, window=a.window, new_tokens=a.new_tokens

@@ -11,7 +11,14 @@ load without libcuda, and its `*_cpu` ops are not in the PyPI wheel. This shim
    so topk=1 accepts nothing and topk>1 crashes. Upstream removed both overwrites in
    0.5.23; the patch can go when the pin moves there;
 3. keeps the `intel_amx` attention backend selected without AMX hardware (it is the
-   only CPU backend with EAGLE draft/verify support); its two kernels come from (1).
+   only CPU backend with EAGLE draft/verify support); its two kernels come from (1);
+4. lets the xgrammar grammar backend (structured output: json_schema, regex, ebnf) run
+   on CPU: SGLang 0.5.17 allocates its token bitmask in pinned memory (needs CUDA) and
+   applies it only to CUDA/NPU logits; xgrammar's own CPU kernel applies it here;
+5. with SPECFLIP_CPU_OVERLAP=1 when an engine is built, keeps SGLang's overlap scheduler
+   on for a speculative CPU engine (SGLang switches it off on CPU), so tests cover the
+   overlap path: delayed result processing, the FutureMap relay, the grammar barrier.
+   Its two CUDA-only pieces get CPU versions (stream bookkeeping is a no-op on CPU).
 
 Switch it on with `enable()` (sets SPECFLIP_CPU=1 so SGLang's spawned scheduler and
 detokenizer processes activate the import hook at start-up via `specflip_cpu.pth`).
@@ -28,9 +35,18 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
-__all__ = ["ENV_FLAG", "CpuShimError", "enable", "activate_hook", "is_active", "keep_intel_amx_backend"]
+__all__ = [
+    "ENV_FLAG",
+    "OVERLAP_ENV",
+    "CpuShimError",
+    "enable",
+    "activate_hook",
+    "is_active",
+    "keep_intel_amx_backend",
+]
 
 ENV_FLAG = "SPECFLIP_CPU"
+OVERLAP_ENV = "SPECFLIP_CPU_OVERLAP"  # "1" while building an engine: speculative CPU engine with overlap
 _SEQ_LENS_OVERWRITE = "\n        seq_lens = forward_batch.seq_lens\n"
 
 
@@ -97,9 +113,85 @@ def _patch_intel_amx_backend(module: ModuleType) -> None:
     cls._specflip_seq_lens_fix = True
 
 
+def _patch_xgrammar_backend(module: ModuleType) -> None:
+    """Token bitmask in pageable memory, applied to CPU logits by xgrammar's CPU kernel.
+
+    Replaces: sglang 0.5.17 srt/constrained/xgrammar_backend.py `_allocate_token_bitmask`
+    (`pin_memory=True`, which needs a CUDA driver) and `XGrammarGrammar.apply_vocab_mask`
+    (raises "Unsupported device: cpu"), for CPU logits only.
+    """
+    import torch
+    import xgrammar
+
+    cls = module.XGrammarGrammar
+    if getattr(cls, "_specflip_cpu", False):
+        return
+    module._allocate_token_bitmask = lambda vocab_size, batch_size: torch.full(
+        module.get_bitmask_shape(batch_size, vocab_size), -1, dtype=module.bitmask_dtype
+    )
+    device_apply = cls.apply_vocab_mask
+
+    def apply_vocab_mask(self, logits, vocab_mask):  # type: ignore[no-untyped-def]
+        if logits.device.type != "cpu":
+            return device_apply(self, logits, vocab_mask)
+        xgrammar.apply_token_bitmask_inplace(logits, vocab_mask.to(logits.device))
+
+    cls.apply_vocab_mask = apply_vocab_mask
+    cls._specflip_cpu = True
+
+
+def _patch_speculative_hook(module: ModuleType) -> None:
+    """Keep the overlap scheduler for a speculative CPU engine built while SPECFLIP_CPU_OVERLAP=1.
+
+    Replaces: sglang 0.5.17 srt/arg_groups/speculative_hook.py `_disable_overlap_schedule_for_cpu`
+    (read when ServerArgs resolves, in the process that builds the engine) for such engines only.
+    """
+    real = module._disable_overlap_schedule_for_cpu
+
+    def disable_overlap_schedule_for_cpu(server_args):  # type: ignore[no-untyped-def]
+        if os.environ.get(OVERLAP_ENV) != "1":
+            real(server_args)
+
+    module._disable_overlap_schedule_for_cpu = disable_overlap_schedule_for_cpu
+
+
+def _patch_overlap_utils(module: ModuleType) -> None:
+    """CPU versions of the overlap scheduler's CUDA-only pieces.
+
+    Replaces, for CPU tensors only: `torch.Tensor.record_stream` (CUDA streams; a CPU stream is
+    not accepted, and there is nothing to order on CPU) and sglang 0.5.17
+    srt/managers/overlap_utils.py `gather_spec_extras` (a Triton kernel) by an index gather.
+    """
+    import torch
+
+    if getattr(torch.Tensor.record_stream, "_specflip_cpu", False):
+        return
+    record_stream = torch.Tensor.record_stream
+
+    def record_stream_cpu_noop(self, stream):  # type: ignore[no-untyped-def]
+        if self.device.type != "cpu":
+            record_stream(self, stream)
+
+    record_stream_cpu_noop._specflip_cpu = True  # type: ignore[attr-defined]
+    torch.Tensor.record_stream = record_stream_cpu_noop  # type: ignore[method-assign]
+    gather = module.gather_spec_extras
+
+    def gather_spec_extras(indices, topk_p_buf, topk_index_buf, output_tokens_buf, hidden_states_buf):  # type: ignore[no-untyped-def]
+        if indices.device.type != "cpu":
+            return gather(indices, topk_p_buf, topk_index_buf, output_tokens_buf, hidden_states_buf)
+        rows = indices.long()
+        hidden = None if hidden_states_buf is None else hidden_states_buf[rows]
+        return topk_p_buf[rows], topk_index_buf[rows], output_tokens_buf[rows], hidden
+
+    module.gather_spec_extras = gather_spec_extras
+
+
 _POST_IMPORT: dict[str, Callable[[ModuleType], None]] = {
     "sgl_kernel.load_utils": _patch_load_utils,
     "sglang.srt.layers.attention.intel_amx_backend": _patch_intel_amx_backend,
+    "sglang.srt.constrained.xgrammar_backend": _patch_xgrammar_backend,
+    "sglang.srt.arg_groups.speculative_hook": _patch_speculative_hook,
+    "sglang.srt.managers.overlap_utils": _patch_overlap_utils,
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -9,6 +11,11 @@ from patched_worker.cpu import shim
 
 if not torch.cuda.is_available():
     shim.enable()  # CPU host: real engine through the shim; set before anything imports sgl_kernel
+
+
+# every shared engine, plain and speculative alike: JSON-constrained output without free whitespace (the
+# tiny model would otherwise pad a JSON object with newlines until max_new_tokens); nothing else changes
+SHARED_KWARGS = {"constrained_json_disable_any_whitespace": True}
 
 
 class Engines:
@@ -24,6 +31,10 @@ class Engines:
     def spec(self, topk: int, steps: int, draft_tokens: int, **switch):
         return self._get(("spec", topk, steps, draft_tokens, tuple(sorted(switch.items()))))
 
+    def spec_overlap(self, topk: int, steps: int, draft_tokens: int):
+        """A speculative engine with SGLang's overlap scheduler on (the GPU default; off on CPU otherwise)."""
+        return self._get(("spec-overlap", topk, steps, draft_tokens, ()))
+
     def _get(self, key):
         if key not in self._engines:
             import sglang
@@ -32,12 +43,30 @@ class Engines:
             from patched_worker.state import SwitchConfig
 
             if key[0] == "plain":
-                self._engines[key] = sglang.Engine(**cpu_engine_kwargs(self.pair.target, None))
+                self._engines[key] = sglang.Engine(
+                    **cpu_engine_kwargs(self.pair.target, None, **SHARED_KWARGS)
+                )
             else:
-                _, topk, steps, n, switch = key
-                self._engines[key] = SpecFlipEngine(
-                    switch=SwitchConfig(**dict(switch)),
-                    **cpu_engine_kwargs(self.pair.target, self.pair.draft, steps=steps, topk=topk, draft_tokens=n))
+                kind, topk, steps, n, switch = key
+                if kind == "spec-overlap":
+                    os.environ[shim.OVERLAP_ENV] = "1"  # read while the engine's server args resolve
+                try:
+                    # the tests measure `cold` as the counter-example, as benchmarks do
+                    engine = SpecFlipEngine(
+                        switch=SwitchConfig(**{"allow_cold": True, **dict(switch)}),
+                        **cpu_engine_kwargs(
+                            self.pair.target,
+                            self.pair.draft,
+                            steps=steps,
+                            topk=topk,
+                            draft_tokens=n,
+                            **SHARED_KWARGS,
+                        ),
+                    )
+                finally:
+                    os.environ.pop(shim.OVERLAP_ENV, None)
+                assert engine.server_args.disable_overlap_schedule is (kind != "spec-overlap")
+                self._engines[key] = engine
         return self._engines[key]
 
     def close(self):

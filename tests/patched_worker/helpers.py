@@ -5,7 +5,16 @@ from __future__ import annotations
 import asyncio
 import random
 
-__all__ = ["LENGTHS", "NEW_TOKENS", "greedy", "mixed_prompts", "run_staggered", "first_mismatch"]
+__all__ = [
+    "LENGTHS",
+    "NEW_TOKENS",
+    "first_mismatch",
+    "greedy",
+    "mixed_prompts",
+    "random_schedule",
+    "run_staggered",
+    "submit_staggered",
+]
 
 LENGTHS = [3, 7, 12, 20, 33, 48, 70, 101]  # prompt lengths in tokens, batched together
 NEW_TOKENS = 48
@@ -25,26 +34,42 @@ def mixed_prompts(pair, lengths=LENGTHS) -> list[list[int]]:
     return [held_out_prompts(tok, 1, n, seed=1000 + 7 * i + n)[0] for i, n in enumerate(lengths)]
 
 
-def run_staggered(engine, prompts: list[list[int]], max_new: list[int], delays: list[float]) -> list[list[int]]:
+def run_staggered(
+    engine, prompts: list[list[int]], max_new: list[int], delays: list[float]
+) -> list[list[int]]:
     """Submit each prompt after its delay (seconds) so requests join and leave a running batch."""
+    requests = [
+        {"input_ids": ids, "sampling_params": greedy(n)} for ids, n in zip(prompts, max_new, strict=True)
+    ]
+    return [out["output_ids"] for out in submit_staggered(engine, requests, delays)]
 
-    async def one(ids, n, delay):
+
+def submit_staggered(engine, requests: list[dict], delays: list[float]) -> list[dict]:
+    """`engine.async_generate(**request)` for each request after its delay; the outputs in request order."""
+
+    async def one(request, delay):
         await asyncio.sleep(delay)
-        out = await engine.async_generate(input_ids=ids, sampling_params=greedy(n))
-        return out["output_ids"]
+        return await engine.async_generate(**request)
 
     async def all_():
-        return await asyncio.gather(*(one(p, n, d) for p, n, d in zip(prompts, max_new, delays, strict=True)))
+        return await asyncio.gather(*(one(r, d) for r, d in zip(requests, delays, strict=True)))
 
     return engine.loop.run_until_complete(all_())
 
 
 def first_mismatch(got: list[list[int]], want: list[list[int]]) -> str | None:
-    """None if every output equals the reference prefix of its length, else where they part."""
+    """None if every output equals its reference exactly (same tokens, same length), else where they part.
+
+    A shorter output is a mismatch too: an engine that stops early or returns nothing must fail."""
+    if len(got) != len(want):
+        return f"{len(got)} outputs for {len(want)} requests"
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        if g != w[: len(g)]:
-            at = next((k for k, (a, b) in enumerate(zip(g, w, strict=False)) if a != b), len(g))
-            return f"request {i}: token {at} differs ({g[at: at + 4]} vs {w[at: at + 4]})"
+        if g != w:
+            at = next((k for k, (a, b) in enumerate(zip(g, w, strict=False)) if a != b), min(len(g), len(w)))
+            return (
+                f"request {i}: token {at} differs ({g[at : at + 4]} vs {w[at : at + 4]}; "
+                f"lengths {len(g)} vs {len(w)})"
+            )
     return None
 
 

@@ -35,9 +35,14 @@ def test_plain_engine_matches_hf_transformers_greedy(model_pair, prompts, plain_
     hf = []
     with torch.no_grad():
         for ids in prompts:
-            out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                                 do_sample=False, pad_token_id=model.config.pad_token_id)
-            hf.append(out[0, len(ids):].tolist())
+            out = model.generate(
+                torch.tensor([ids]),
+                max_new_tokens=NEW_TOKENS,
+                min_new_tokens=NEW_TOKENS,
+                do_sample=False,
+                pad_token_id=model.config.pad_token_id,
+            )
+            hf.append(out[0, len(ids) :].tolist())
     assert all(len(x) == NEW_TOKENS for x in plain_ids)
     assert first_mismatch(plain_ids, hf) is None, first_mismatch(plain_ids, hf)
 

@@ -26,8 +26,9 @@ def test_shapes_with_a_padded_tokenizer_encode_like_the_original_and_decode_ever
     ids = random.Random(0).sample(range(len(small), len(big)), 50)
     assert big.decode(ids) == "".join(f" <f{i}>" for i in ids)
     # the chat template travels with it (the OpenAI chat route renders it)
-    assert big.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == \
-        small.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert big.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False
+    ) == small.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
 
 
 def test_padding_refuses_a_tokenizer_larger_than_the_vocabulary(model_pair, tmp_path):

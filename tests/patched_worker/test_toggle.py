@@ -1,10 +1,12 @@
 """Speculation toggled at random iterations keeps greedy output token-identical (real engine, CPU).
 
 Each run: 8 requests of different prompt lengths and output lengths arrive at staggered
-times (so requests join and finish mid-schedule) while the switch flips at random decode
-steps (scripted in the scheduler, seeded, reproducible). 24 schedules in all over
-{warm_kv, full_extend} x {topk 1, topk 4}; plus flips sent through the control RPC at
-random wall-clock times, a `cold` run, and the edge cases (idle engine, requests waiting for memory).
+times (so requests join and finish mid-schedule, some while OFF) while the switch flips at
+random decode steps (scripted in the scheduler, seeded, reproducible). 24 schedules in all
+over {warm_kv, full_extend} x {topk 1, topk 4}, 6 more under SGLang's overlap scheduler
+(the GPU default); plus flips sent through the control RPC at random wall-clock times, a
+`cold` run, and the edge cases: idle flips, requests waiting for memory, logprobs.
+Outputs are compared whole (tokens and lengths) with the plain engine's.
 """
 
 from __future__ import annotations
@@ -48,23 +50,52 @@ def _reset(engine, strategy: Strategy):
     engine.generate(input_ids=[[1, 2, 3]], sampling_params=greedy(2))  # applies the pending mode
 
 
+def _toggle_runs(engine, prompts, reference, label: str, seeds: int = 6) -> None:
+    for seed in range(seeds):
+        rng = random.Random(f"{label}-{seed}")
+        max_new = [rng.randint(8, NEW_TOKENS) for _ in prompts]
+        delays = [rng.choice([0.0, 0.0, 0.1, 0.3, 0.6]) for _ in prompts]
+        engine.schedule_flips(random_schedule(rng))
+        got = run_staggered(engine, prompts, max_new, delays)
+        want = [
+            ref[:n] for ref, n in zip(reference, max_new, strict=True)
+        ]  # greedy: a prefix of the long run
+        assert first_mismatch(got, want) is None, f"seed {seed}: {first_mismatch(got, want)}"
+
+
+def _assert_toggled(before, after) -> None:
+    assert after.toggles - before.toggles >= 12, "the schedules should have flipped the engine"
+    assert after.resyncs > before.resyncs
+    assert after.off_steps > before.off_steps and after.on_steps > before.on_steps
+    # every resync is timed (on CPU it has finished when the step returns) and the totals add up
+    assert (
+        after.resyncs_timed == after.resyncs and after.last_resync_ms is not None and after.last_resync_ms > 0
+    )
+    assert after.resync_ms_total > before.resync_ms_total
+
+
 @pytest.mark.parametrize("topk", [1, 4])
 @pytest.mark.parametrize("strategy", [Strategy.WARM_KV, Strategy.FULL_EXTEND])
 def test_random_toggle_schedules_match_plain(engines, prompts, reference, strategy, topk):
     engine = engines.spec(*CONFIGS[topk])
     _reset(engine, strategy)
     before = engine.get_speculation_state()
-    for seed in range(6):
-        rng = random.Random(f"{strategy.value}-{topk}-{seed}")
-        max_new = [rng.randint(8, NEW_TOKENS) for _ in prompts]
-        delays = [rng.choice([0.0, 0.0, 0.1, 0.3, 0.6]) for _ in prompts]
-        engine.schedule_flips(random_schedule(rng))
-        got = run_staggered(engine, prompts, max_new, delays)
-        assert first_mismatch(got, reference) is None, f"seed {seed}: {first_mismatch(got, reference)}"
+    _toggle_runs(engine, prompts, reference, f"{strategy.value}-{topk}")
     after = engine.get_speculation_state()
-    assert after.toggles - before.toggles >= 12, "the schedules should have flipped the engine"
-    assert after.resyncs > before.resyncs
-    assert after.off_steps > before.off_steps and after.on_steps > before.on_steps
+    _assert_toggled(before, after)
+    assert (
+        after.strategy is strategy and after.strategy_configured is strategy and after.strategy_fallback == ""
+    )
+    assert not after.off_cuda_graphs and after.off_cuda_graphs_note == "cuda graphs disabled"
+
+
+def test_random_toggle_schedules_match_plain_under_the_overlap_scheduler(engines, prompts, reference):
+    """The GPU default: results processed one step late, spec state relayed through SGLang's FutureMap."""
+    engine = engines.spec_overlap(4, 3, 8)
+    _reset(engine, Strategy.WARM_KV)
+    before = engine.get_speculation_state()
+    _toggle_runs(engine, prompts, reference, "overlap")
+    _assert_toggled(before, engine.get_speculation_state())
 
 
 def test_flips_through_the_control_rpc_at_random_times(engines, prompts, reference):
@@ -96,7 +127,7 @@ def _accept_after_reenable(engine, prompts, strategy: Strategy, off_steps: int =
     got = run_staggered(engine, prompts, [NEW_TOKENS] * len(prompts), [0.0] * len(prompts))
     trace = engine.get_speculation_state().trace
     last_off = max(i for i, t in enumerate(trace) if t[1] in ("off", "resync"))
-    ons = [t[3] for t in trace[last_off + 1:] if t[1] == "on"][:window]
+    ons = [t[3] for t in trace[last_off + 1 :] if t[1] == "on"][:window]
     return got, sum(ons) / len(ons)
 
 
@@ -105,7 +136,9 @@ def test_cold_stays_correct_but_loses_acceptance(engines, prompts, reference):
     got_warm, warm = _accept_after_reenable(engine, prompts, Strategy.WARM_KV)
     got_cold, cold = _accept_after_reenable(engine, prompts, Strategy.COLD)
     assert first_mismatch(got_warm, reference) is None
-    assert first_mismatch(got_cold, reference) is None, "cold re-enable must stay correct (the target verifies)"
+    assert first_mismatch(got_cold, reference) is None, (
+        "cold re-enable must stay correct (the target verifies)"
+    )
     assert cold < warm - 0.3, f"stale draft KV should cost acceptance: cold {cold:.2f} vs warm_kv {warm:.2f}"
 
 
@@ -159,7 +192,12 @@ def _logprobs(outs) -> tuple[list[list[int]], list[list[float]], list[list[list[
 
 def test_logprobs_match_plain_with_speculation_on_off_and_toggled(engines, prompts):
     """The OFF step computes logprobs itself (in the spec layout): same numbers as the plain engine."""
-    args = {"input_ids": prompts[:4], "sampling_params": greedy(20), "return_logprob": True, "top_logprobs_num": 3}
+    args = {
+        "input_ids": prompts[:4],
+        "sampling_params": greedy(20),
+        "return_logprob": True,
+        "top_logprobs_num": 3,
+    }
     want_ids, want_lp, want_top = _logprobs(engines.plain().generate(**args))
     assert all(len(steps) == 20 and all(len(s) == 3 for s in steps) for steps in want_top)
     engine = engines.spec(*CONFIGS[1])
@@ -173,7 +211,9 @@ def test_logprobs_match_plain_with_speculation_on_off_and_toggled(engines, promp
         ids, lp, top = _logprobs(engine.generate(**args))
         assert first_mismatch(ids, want_ids) is None, (label, first_mismatch(ids, want_ids))
         assert [len(x) for x in lp] == [len(x) for x in want_lp], label
-        worst = max(abs(a - b) for got, ref in zip(lp, want_lp, strict=True) for a, b in zip(got, ref, strict=True))
+        worst = max(
+            abs(a - b) for got, ref in zip(lp, want_lp, strict=True) for a, b in zip(got, ref, strict=True)
+        )
         assert worst < 1e-4, f"{label}: logprob differs by {worst:.2e}"
         assert top == want_top, label
         after = engine.get_speculation_state()
