@@ -236,6 +236,19 @@ class ServeSettings(_Frozen):
         "$SPECFLIP_CONTROL_TOKEN; control is refused if unset.",
     )
 
+    cors_allow_origins: tuple[str, ...] = Field(
+        default=("*",),
+        description="Origins browsers may call the API from ('*': any); never with credentials "
+        "(cookies): clients authenticate with a bearer token. [] turns cross-origin access off.",
+    )
+    graceful_shutdown_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="On shutdown or redeploy, how long a replica (and the ingress) keeps serving "
+        "its in-flight requests, streams included, before it is stopped.",
+    )
+
     def resolved_token(self) -> str | None:
         return self.control_token or os.environ.get("SPECFLIP_CONTROL_TOKEN") or None
 

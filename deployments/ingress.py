@@ -26,14 +26,16 @@ from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from deployments.config import SpecFlipConfig
-from deployments.control import OVERRIDES, OverrideRequest, check_bearer, status_document
+from deployments.control import OVERRIDES, OverrideRequest, RateLimiter, check_bearer, status_document
+from deployments.errors import error_response, fault_response, request_id_of, safe_stream
 from deployments.metrics import CONTENT_TYPE, ingress_metrics, observe_stream, usage_tokens
 from deployments.ray_compat import (
-    DEFAULT_ENDPOINTS,
     ChatCompletionRequest,
     CompletionRequest,
     OpenAIHTTPException,
+    actor_restarts,
 )
+from deployments.routes import ENDPOINTS, NOT_SERVED
 from deployments.validation import check_chat, check_completion
 from policy.types import UnknownReplicaError
 
@@ -41,21 +43,9 @@ __all__ = ["ENDPOINTS", "SpecFlipIngress", "context_limit", "error_response"]
 
 log = logging.getLogger(__name__)
 
-ENDPOINTS = {
-    **DEFAULT_ENDPOINTS,
-    "specflip_status": lambda app: app.get("/specflip/status"),
-    "specflip_override": lambda app: app.post("/specflip/override"),
-    "prometheus_metrics": lambda app: app.get("/metrics"),
-}
 _ACTOR_TIMEOUT_S = 5.0
-
-
-def error_response(
-    status_code: int, message: str, type_: str = "BadRequestError", headers: dict[str, str] | None = None
-) -> JSONResponse:
-    """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
-    body = {"error": {"message": message, "type": type_, "param": None, "code": status_code}}
-    return JSONResponse(body, status_code=status_code, headers=headers)
+# control calls (overrides) per second, and the burst allowed: enough for scripts, not for a flood
+_CONTROL_RATE, _CONTROL_BURST = 5.0, 20
 
 
 def context_limit(config: SpecFlipConfig) -> int | None:
@@ -79,6 +69,7 @@ class SpecFlipIngress(OpenAiIngress):
         self._token = config.serve.resolved_token()
         self._limit = context_limit(config)
         self._metrics = ingress_metrics()
+        self._control_rate = RateLimiter(_CONTROL_RATE, _CONTROL_BURST)
         self._policy: Any = None
         self._policy_actor()
         log.info(
@@ -88,6 +79,8 @@ class SpecFlipIngress(OpenAiIngress):
         )
 
     def _policy_actor(self) -> Any:
+        """The policy actor's handle, kept for the ingress's lifetime: the ingress owns the actor,
+        and an actor whose owner drops its handle is destroyed, even while Ray restarts it."""
         if self._policy is None:
             from policy.actor import get_or_create_policy_actor
 
@@ -96,35 +89,62 @@ class SpecFlipIngress(OpenAiIngress):
             )
         return self._policy
 
-    async def _ask_policy(self, method: str, *args: Any) -> Any:
+    def _policy_gone(self) -> bool:
+        """True if no actor of the policy's name exists any more (killed for good, not restarting)."""
+        import ray
+
         try:
-            result = await asyncio.wait_for(
-                getattr(self._policy_actor(), method).remote(*args), _ACTOR_TIMEOUT_S
-            )
+            ray.get_actor(self._config.policy.actor_name)
+        except ValueError:
+            return True
+        return False
+
+    async def _ask_policy(self, method: str, *args: Any) -> Any:
+        handle = self._policy_actor()
+        try:
+            result = await asyncio.wait_for(getattr(handle, method).remote(*args), _ACTOR_TIMEOUT_S)
         except UnknownReplicaError:
             self._metrics.policy_reachable.set(1)
             raise
         except Exception:
             self._metrics.policy_reachable.set(0)
-            self._policy = None  # look the actor up (or recreate it) next time
+            # a timeout or a restart keeps the handle (and so the actor); only an actor that is
+            # gone for good (killed without restart) is created anew on the next call
+            if await asyncio.to_thread(self._policy_gone):
+                log.warning("policy actor %s is gone: creating a new one", self._config.policy.actor_name)
+                self._policy = None
             raise
         self._metrics.policy_reachable.set(1)
         return result
 
+    async def _policy_restarts(self) -> int | None:
+        restarts = await asyncio.to_thread(actor_restarts, self._policy_actor())
+        if restarts is not None:
+            self._metrics.policy_restarts.set(restarts)
+        return restarts
+
     # -- OpenAI routes: checks, then Ray's handling, timed -------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
+        self._default_model(body)
         reason = check_chat(body, self._limit)
         if reason:
             return error_response(400, reason)
-        return await self._timed("/v1/chat/completions", body, super().chat(body, request))
+        return await self._timed("/v1/chat/completions", body, request, super().chat)
 
     async def completions(self, body: CompletionRequest, request: Request) -> Response:
+        self._default_model(body)
         reason = check_completion(body, self._limit)
         if reason:
             return error_response(400, reason)
-        return await self._timed("/v1/completions", body, super().completions(body, request))
+        return await self._timed("/v1/completions", body, request, super().completions)
 
-    async def _timed(self, endpoint: str, body: Any, respond: Any) -> Response:
+    def _default_model(self, body: Any) -> None:
+        """No `model` in the body: the one model this app serves (SGLang's models fill in
+        "default", which no app serves)."""
+        if "model" not in body.model_fields_set and len(self._model_cards) == 1:
+            body.model = next(iter(self._model_cards))
+
+    async def _timed(self, endpoint: str, body: Any, request: Request, handler: Any) -> Response:
         started = time.monotonic()
         keep_usage = True
         if body.stream:  # ask the replica for a usage chunk: TPOT needs the token count
@@ -133,25 +153,46 @@ class SpecFlipIngress(OpenAiIngress):
             if not keep_usage:
                 body.stream_options = _stream_options_with_usage(body)
         try:
-            response = await respond
+            response = await handler(body, request)
         except Exception as err:
             client_error = _client_error(err)
-            if client_error is None:
-                raise  # Ray's exception middleware answers (5xx)
-            return client_error
+            return client_error if client_error is not None else fault_response(err, request_id_of(request))
         if isinstance(response, StreamingResponse):
-            response.body_iterator = observe_stream(
+            observed = observe_stream(
                 cast(AsyncIterator[str | bytes], response.body_iterator),
                 endpoint,
                 started,
                 keep_usage=keep_usage,
                 metrics=self._metrics,
             )
+            response.body_iterator = safe_stream(observed, request_id_of(request))
         elif isinstance(response, JSONResponse):
             tokens = usage_tokens(_json_body(response))
             if tokens is not None:
                 self._metrics.output_tokens.labels(endpoint).inc(tokens)
         return response
+
+    async def model_data(self, model: str) -> Any:
+        try:
+            return await super().model_data(model)
+        except OpenAIHTTPException as err:
+            return error_response(err.status_code, f"model {model[:100]!r} is not served here", err.type)
+
+    # -- Ray routes this app does not serve: 404 with the reason ---------------------------------
+    async def embeddings(self, request: Request) -> Response:  # type: ignore[override]
+        return _not_served("embeddings")
+
+    async def transcriptions(self, request: Request) -> Response:  # type: ignore[override]
+        return _not_served("transcriptions")
+
+    async def score(self, request: Request) -> Response:  # type: ignore[override]
+        return _not_served("score")
+
+    async def tokenize(self, request: Request) -> Response:  # type: ignore[override]
+        return _not_served("tokenize")
+
+    async def detokenize(self, request: Request) -> Response:  # type: ignore[override]
+        return _not_served("detokenize")
 
     # -- control, status, metrics --------------------------------------------------------------
     async def specflip_status(self) -> Response:
@@ -161,16 +202,22 @@ class SpecFlipIngress(OpenAiIngress):
             return error_response(
                 503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
             )
-        return JSONResponse(
-            status_document(
-                fleet,
-                enabled=self._config.policy.enabled,
-                actor_name=self._config.policy.actor_name,
-                expected_replicas=self._config.replicas.count,
-            )
+        document = status_document(
+            fleet,
+            enabled=self._config.policy.enabled,
+            actor_name=self._config.policy.actor_name,
+            expected_replicas=self._config.replicas.count,
         )
+        document["policy"]["restarts"] = await self._policy_restarts()
+        return JSONResponse(document)
 
     async def specflip_override(self, request: Request) -> Response:
+        wait_s = self._control_rate.allow(time.monotonic())
+        if wait_s > 0:
+            retry = str(max(1, round(wait_s)))
+            return error_response(
+                429, f"too many control calls: retry in {retry} s", headers={"Retry-After": retry}
+            )
         problem = check_bearer(request.headers.get("authorization"), self._token)
         if problem is not None:
             headers = {"WWW-Authenticate": "Bearer"} if problem.status_code == 401 else None
@@ -193,7 +240,7 @@ class SpecFlipIngress(OpenAiIngress):
                 await self._ask_policy("set_override", rid, OVERRIDES[order.mode])
         except UnknownReplicaError as err:
             cause = getattr(err, "cause", None) or err  # Ray wraps the actor's exception
-            return error_response(404, str(cause).splitlines()[0], "NotFoundError")
+            return error_response(404, str(cause).splitlines()[0][:400], "NotFoundError")
         except Exception as err:
             return error_response(
                 503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
@@ -204,9 +251,15 @@ class SpecFlipIngress(OpenAiIngress):
     async def prometheus_metrics(self) -> Response:
         try:
             policy_text = await self._ask_policy("metrics_text")
+            await self._policy_restarts()
         except Exception:
             policy_text = ""
         return Response(self._metrics.text() + policy_text, media_type=CONTENT_TYPE)
+
+
+def _not_served(name: str) -> Response:
+    path, why = NOT_SERVED[name]
+    return error_response(404, f"{path} is not served: {why}")
 
 
 def _client_error(err: Exception) -> JSONResponse | None:
