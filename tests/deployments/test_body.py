@@ -42,18 +42,46 @@ def test_a_valid_surrogate_pair_is_text() -> None:
 CHAT_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("ok", {"messages": USER}, None),
     ("user role is allowed", {"messages": [{"role": "User", "content": "x"}]}, None),
-    ("assistant with tool_calls, no content", {"messages": [{"role": "assistant", "tool_calls": [{}]}]}, None),
+    (
+        "assistant with tool_calls, no content",
+        {"messages": [{"role": "assistant", "tool_calls": [{}]}]},
+        None,
+    ),
     ("unknown role lists user", {"messages": [{"role": "wizard", "content": "x"}]}, "tool, user"),
-    ("bad content blamed on content", {"messages": [{"role": "user", "content": {"x": 1}}]}, "messages[0].content must"),
+    (
+        "bad content blamed on content",
+        {"messages": [{"role": "user", "content": {"x": 1}}]},
+        "messages[0].content must",
+    ),
     ("missing content", {"messages": [{"role": "user"}]}, "messages[0].content is required"),
     ("image part", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "text parts only"),
-    ("response_format a number", {"messages": USER, "response_format": 5}, "response_format must be an object"),
+    (
+        "response_format a number",
+        {"messages": USER, "response_format": 5},
+        "response_format must be an object",
+    ),
     ("response_format a string", {"messages": USER, "response_format": "json"}, "got a string"),
-    ("response_format.schema a list", {"messages": USER, "response_format": {"type": "json_schema", "schema": []}}, "schema must"),
-    ("tokenize in template kwargs", {"messages": USER, "chat_template_kwargs": {"tokenize": True}}, "chat_template_kwargs.tokenize"),
+    (
+        "response_format.schema a list",
+        {"messages": USER, "response_format": {"type": "json_schema", "schema": []}},
+        "schema must",
+    ),
+    (
+        "tokenize in template kwargs",
+        {"messages": USER, "chat_template_kwargs": {"tokenize": True}},
+        "chat_template_kwargs.tokenize",
+    ),
     ("template kwargs a list", {"messages": USER, "chat_template_kwargs": []}, "must be an object"),
-    ("min_tokens > max_tokens", {"messages": USER, "max_tokens": 2, "min_tokens": 4}, "min_tokens 4 is more than max_tokens 2"),
-    ("min_tokens > max_completion_tokens", {"messages": USER, "max_completion_tokens": 1, "min_tokens": 3}, "max_completion_tokens"),
+    (
+        "min_tokens > max_tokens",
+        {"messages": USER, "max_tokens": 2, "min_tokens": 4},
+        "min_tokens 4 is more than max_tokens 2",
+    ),
+    (
+        "min_tokens > max_completion_tokens",
+        {"messages": USER, "max_completion_tokens": 1, "min_tokens": 3},
+        "max_completion_tokens",
+    ),
     ("seed beyond 64 bits", {"messages": USER, "seed": 2**64}, "64-bit"),
     ("messages too large", {"messages": [{"role": "user", "content": "x" * 401}]}, "more than the context"),
 ]
@@ -84,7 +112,9 @@ COMPLETION_CASES: list[tuple[str, Any, int | None, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("case", "prompt", "status", "fragment"), COMPLETION_CASES, ids=[c[0] for c in COMPLETION_CASES])
+@pytest.mark.parametrize(
+    ("case", "prompt", "status", "fragment"), COMPLETION_CASES, ids=[c[0] for c in COMPLETION_CASES]
+)
 def test_completion_body_checks(case: str, prompt: Any, status: int | None, fragment: str) -> None:
     problem = check_completion_body({"prompt": prompt}, LIMITS)
     if status is None:
@@ -102,7 +132,11 @@ def test_size_bound_is_sound_for_the_tiny_tokenizer() -> None:
     tok = AutoTokenizer.from_pretrained(f"{MODELS_DIR}/target")
     vocab = tok.get_vocab()
     longest = max(vocab, key=lambda t: len(tok.convert_tokens_to_string([t]).encode()))
-    for text in ("def add(a, b):\n    return a + b\n" * 20, " " * 300, tok.convert_tokens_to_string([longest]) * 9):
+    for text in (
+        "def add(a, b):\n    return a + b\n" * 20,
+        " " * 300,
+        tok.convert_tokens_to_string([longest]) * 9,
+    ):
         n = len(text.encode())
         assert len(tok(text)["input_ids"]) >= limits.min_tokens(n), text[:40]
 
