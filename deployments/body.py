@@ -102,10 +102,17 @@ def _lone_surrogate(value: Any, path: str) -> str | None:
     return None
 
 
-def _check_common(body: dict[str, Any]) -> Problem | None:
+def _check_common(body: dict[str, Any], limits: ModelLimits) -> Problem | None:
     reason = check_json_fields(body)
     if reason is not None:
         return _bad(reason, reason.split(" ", 1)[0])
+    stop_ids = body.get("stop_token_ids")
+    if stop_ids is not None:  # SGLang indexes a vocabulary-sized tensor with them
+        if not isinstance(stop_ids, list):
+            return _bad("stop_token_ids must be a list of token ids", "stop_token_ids")
+        problem = _check_ids("stop_token_ids", stop_ids, limits, as_prompt=False)
+        if problem is not None:
+            return problem
     seed = body.get("seed")
     if seed is not None and not _INT64[0] <= seed <= _INT64[1]:
         return _bad(f"seed must be a 64-bit integer, got {seed}", "seed")
@@ -221,11 +228,11 @@ def check_chat_body(body: dict[str, Any], limits: ModelLimits) -> Problem | None
                 "itself, not a template variable",
                 f"chat_template_kwargs.{reserved[0]}",
             )
-    return _check_common(body)
+    return _check_common(body, limits)
 
 
-def _check_ids(field: str, ids: list[Any], limits: ModelLimits) -> Problem | None:
-    if not ids:
+def _check_ids(field: str, ids: list[Any], limits: ModelLimits, as_prompt: bool = True) -> Problem | None:
+    if not ids and as_prompt:
         return _bad(f"{field} must not be empty", field)
     top = limits.vocab_size
     for j, token in enumerate(ids):
@@ -233,7 +240,7 @@ def _check_ids(field: str, ids: list[Any], limits: ModelLimits) -> Problem | Non
             valid = f"[0, {top})" if top else "non-negative integers"
             return _bad(f"{field}[{j}] is not a token id: {json.dumps(token)[:40]} (valid: {valid})", field)
     context = limits.context_tokens
-    if context is not None and len(ids) >= context:
+    if context is not None and len(ids) >= context and as_prompt:
         return _bad(f"{field} has {len(ids)} tokens, the context holds {context}", field)
     return None
 
@@ -265,4 +272,4 @@ def check_completion_body(body: dict[str, Any], limits: ModelLimits) -> Problem 
             problem = _check_ids(field, p, limits)
             if problem is not None:
                 return problem
-    return _check_common(body)
+    return _check_common(body, limits)

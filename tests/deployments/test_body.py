@@ -150,3 +150,9 @@ def test_max_token_bytes_counts_byte_level_pieces_as_bytes_and_refuses_unbounded
     assert max_token_bytes(nfkc) == 16  # a character can shrink to a quarter of its bytes
     strip = {**byte_level, "normalizer": {"type": "StripAccents"}}
     assert max_token_bytes(strip) is None  # deletes characters: no bound
+
+
+def test_stop_token_ids_must_be_token_ids() -> None:
+    assert check_completion_body({"prompt": "a", "stop_token_ids": []}, LIMITS) is None
+    problem = check_completion_body({"prompt": "a", "stop_token_ids": [3, 99999]}, LIMITS)
+    assert problem is not None and problem.param == "stop_token_ids"
