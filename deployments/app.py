@@ -21,13 +21,18 @@ from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.ingress import make_fastapi_ingress
 from starlette.middleware.cors import CORSMiddleware
 
-from deployments.config import ConfigError, Device, SpecFlipConfig, load_config
+from deployments.config import ConfigError, DataPath, Device, SpecFlipConfig, load_config
 from deployments.engine import EngineFactory, build_specflip_engine
 from deployments.errors import install_handlers
 from deployments.guard import JsonBodyGuard
 from deployments.ingress import SpecFlipIngress
 from deployments.metrics import RequestCountMiddleware
-from deployments.ray_compat import openai_fastapi_app, strip_ray_error_and_cors_middleware, to_model_metadata
+from deployments.ray_compat import (
+    direct_streaming_app,
+    openai_fastapi_app,
+    strip_ray_error_and_cors_middleware,
+    to_model_metadata,
+)
 from deployments.routes import ENDPOINTS, install_openapi
 from deployments.server import SpecFlipServer
 
@@ -103,11 +108,14 @@ def _ingress_app(config: SpecFlipConfig) -> Any:
 
 
 def assemble(config: SpecFlipConfig, *, engine_factory: EngineFactory = build_specflip_engine) -> Application:
-    """The application graph: SpecFlipIngress -> SpecFlipServer x replicas.count."""
+    """The application graph: SpecFlipIngress -> SpecFlipServer x replicas.count (`serve.data_path:
+    ingress`), or SpecFlipServer x replicas.count as the ingress behind HAProxy (`direct`)."""
     llm_config = llm_config_for(config)
-    server = build_llm_deployment(
-        llm_config, bind_kwargs={"config": config, "engine_factory": engine_factory}
-    )
+    bind_kwargs = {"config": config, "engine_factory": engine_factory}
+    if config.serve.data_path is DataPath.DIRECT:
+        app: Application = direct_streaming_app(llm_config, bind_kwargs)
+        return app
+    server = build_llm_deployment(llm_config, bind_kwargs=bind_kwargs)
     ingress_cls = make_fastapi_ingress(SpecFlipIngress, endpoint_map=ENDPOINTS, app=_ingress_app(config))
     # one ingress replica: its metrics stay monotonic for Prometheus; it does no heavy work
     ingress: Any = serve.deployment(

@@ -1,19 +1,18 @@
 """`SpecFlipIngress`: Ray Serve LLM's `OpenAiIngress` plus request checks, control, status, metrics.
 
-The OpenAI routes are Ray's (`DEFAULT_ENDPOINTS`); `ENDPOINTS` adds ours through the supported
-`make_fastapi_ingress(cls, endpoint_map=...)`:
+The OpenAI routes are Ray's (`deployments.routes.ENDPOINTS`: those this app serves); ours are
+added through the supported `make_fastapi_ingress(cls, endpoint_map=...)`:
 
 - `GET  /specflip/status`   fleet status from the policy actor (public)
 - `POST /specflip/override` force a replica (or `*`) on/off/auto; `Authorization: Bearer <token>`
 - `GET  /metrics`           Prometheus text: the ingress's registry, then the policy actor's
 
-The ingress creates the named policy actor (it owns it: the actor lives as long as the app).
+The ingress creates the named policy actor and owns it (`deployments.control_routes`).
 Chat and completions bodies are checked (`deployments.validation`) before they reach a replica.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -21,31 +20,24 @@ from collections.abc import AsyncIterator
 from typing import Any, cast, get_args
 
 from fastapi import HTTPException, Request
-from pydantic import ValidationError
 from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from deployments.config import SpecFlipConfig
-from deployments.control import OVERRIDES, OverrideRequest, RateLimiter, check_bearer, status_document
+from deployments.control_routes import ControlRoutes
 from deployments.errors import error_response, fault_response, request_id_of, safe_stream
-from deployments.metrics import CONTENT_TYPE, ingress_metrics, observe_stream, usage_tokens
+from deployments.metrics import ingress_metrics, observe_stream, usage_tokens
 from deployments.ray_compat import (
     ChatCompletionRequest,
     CompletionRequest,
     OpenAIHTTPException,
-    actor_restarts,
 )
 from deployments.routes import ENDPOINTS, NOT_SERVED
 from deployments.validation import check_chat, check_completion
-from policy.types import UnknownReplicaError
 
 __all__ = ["ENDPOINTS", "SpecFlipIngress", "context_limit", "error_response"]
 
 log = logging.getLogger(__name__)
-
-_ACTOR_TIMEOUT_S = 5.0
-# control calls (overrides) per second, and the burst allowed: enough for scripts, not for a flood
-_CONTROL_RATE, _CONTROL_BURST = 5.0, 20
 
 
 def context_limit(config: SpecFlipConfig) -> int | None:
@@ -69,59 +61,12 @@ class SpecFlipIngress(OpenAiIngress):
         self._token = config.serve.resolved_token()
         self._limit = context_limit(config)
         self._metrics = ingress_metrics()
-        self._control_rate = RateLimiter(_CONTROL_RATE, _CONTROL_BURST)
-        self._policy: Any = None
-        self._policy_actor()
+        self._control = ControlRoutes(config, self._metrics)
         log.info(
             "specflip ingress: policy actor %s, control %s",
             config.policy.actor_name,
             "enabled" if self._token else "disabled (no token)",
         )
-
-    def _policy_actor(self) -> Any:
-        """The policy actor's handle, kept for the ingress's lifetime: the ingress owns the actor,
-        and an actor whose owner drops its handle is destroyed, even while Ray restarts it."""
-        if self._policy is None:
-            from policy.actor import get_or_create_policy_actor
-
-            self._policy = get_or_create_policy_actor(
-                self._config.policy.actor_name, self._config.policy_config()
-            )
-        return self._policy
-
-    def _policy_gone(self) -> bool:
-        """True if no actor of the policy's name exists any more (killed for good, not restarting)."""
-        import ray
-
-        try:
-            ray.get_actor(self._config.policy.actor_name)
-        except ValueError:
-            return True
-        return False
-
-    async def _ask_policy(self, method: str, *args: Any) -> Any:
-        handle = self._policy_actor()
-        try:
-            result = await asyncio.wait_for(getattr(handle, method).remote(*args), _ACTOR_TIMEOUT_S)
-        except UnknownReplicaError:
-            self._metrics.policy_reachable.set(1)
-            raise
-        except Exception:
-            self._metrics.policy_reachable.set(0)
-            # a timeout or a restart keeps the handle (and so the actor); only an actor that is
-            # gone for good (killed without restart) is created anew on the next call
-            if await asyncio.to_thread(self._policy_gone):
-                log.warning("policy actor %s is gone: creating a new one", self._config.policy.actor_name)
-                self._policy = None
-            raise
-        self._metrics.policy_reachable.set(1)
-        return result
-
-    async def _policy_restarts(self) -> int | None:
-        restarts = await asyncio.to_thread(actor_restarts, self._policy_actor())
-        if restarts is not None:
-            self._metrics.policy_restarts.set(restarts)
-        return restarts
 
     # -- OpenAI routes: checks, then Ray's handling, timed -------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
@@ -194,67 +139,15 @@ class SpecFlipIngress(OpenAiIngress):
     async def detokenize(self, request: Request) -> Response:  # type: ignore[override]
         return _not_served("detokenize")
 
-    # -- control, status, metrics --------------------------------------------------------------
+    # -- control, status, metrics (shared with the direct data path: deployments.control_routes) --
     async def specflip_status(self) -> Response:
-        try:
-            fleet = await self._ask_policy("status")
-        except Exception as err:
-            return error_response(
-                503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
-            )
-        document = status_document(
-            fleet,
-            enabled=self._config.policy.enabled,
-            actor_name=self._config.policy.actor_name,
-            expected_replicas=self._config.replicas.count,
-        )
-        document["policy"]["restarts"] = await self._policy_restarts()
-        return JSONResponse(document)
+        return await self._control.status()
 
     async def specflip_override(self, request: Request) -> Response:
-        wait_s = self._control_rate.allow(time.monotonic())
-        if wait_s > 0:
-            retry = str(max(1, round(wait_s)))
-            return error_response(
-                429, f"too many control calls: retry in {retry} s", headers={"Retry-After": retry}
-            )
-        problem = check_bearer(request.headers.get("authorization"), self._token)
-        if problem is not None:
-            headers = {"WWW-Authenticate": "Bearer"} if problem.status_code == 401 else None
-            return error_response(problem.status_code, problem.message, "AuthenticationError", headers)
-        try:
-            order = OverrideRequest.model_validate_json(await request.body())
-        except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "body"
-            return error_response(422, f"invalid override body: {where}: {first['msg']}")
-        try:
-            if order.replica_id == "*":
-                fleet = await self._ask_policy("status")
-                targets = [r.replica_id for r in fleet.replicas]
-                if not targets:
-                    return error_response(404, "no replicas registered with the policy yet", "NotFoundError")
-            else:
-                targets = [order.replica_id]
-            for rid in targets:
-                await self._ask_policy("set_override", rid, OVERRIDES[order.mode])
-        except UnknownReplicaError as err:
-            cause = getattr(err, "cause", None) or err  # Ray wraps the actor's exception
-            return error_response(404, str(cause).splitlines()[0][:400], "NotFoundError")
-        except Exception as err:
-            return error_response(
-                503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
-            )
-        log.info("override %s -> %s", targets, order.mode)
-        return JSONResponse({"replica_ids": targets, "mode": order.mode})
+        return await self._control.override(request)
 
     async def prometheus_metrics(self) -> Response:
-        try:
-            policy_text = await self._ask_policy("metrics_text")
-            await self._policy_restarts()
-        except Exception:
-            policy_text = ""
-        return Response(self._metrics.text() + policy_text, media_type=CONTENT_TYPE)
+        return await self._control.metrics_text()
 
 
 def _not_served(name: str) -> Response:

@@ -1,6 +1,7 @@
-"""The ingress keeps its policy actor across failed calls (real Ray actors, no Serve): a call that
-times out leaves the same healthy actor in place, and an actor Ray restarts is the same actor,
-counted. Only an actor that is gone for good is created anew."""
+"""The control routes (the ingress's, or every replica's on the direct data path) keep their policy
+actor across failed calls (real Ray actors, no Serve): a call that times out leaves the same
+healthy actor in place, and an actor Ray restarts is the same actor, counted. Only an actor that
+is gone for good is created anew."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from deployments.config import SpecFlipConfig
-from deployments.ingress import SpecFlipIngress
+from deployments.control_routes import ControlRoutes
 from policy.actor import SpeculationPolicy, get_or_create_policy_actor
 from policy.types import FleetStatus
 
@@ -41,9 +42,9 @@ def ray_cluster() -> Iterator[None]:
             ray.shutdown()
 
 
-def _ingress(name: str) -> SpecFlipIngress:
+def _ingress(name: str) -> ControlRoutes:
     config = SpecFlipConfig.parse({"model": {"path": "/nonexistent"}, "policy": {"actor_name": name}})
-    return SpecFlipIngress({}, {}, config=config)
+    return ControlRoutes(config)
 
 
 def test_a_timed_out_status_call_keeps_the_same_healthy_actor(ray_cluster: None) -> None:
@@ -68,14 +69,14 @@ def test_a_restarted_actor_is_the_same_one_and_counted_and_a_killed_one_is_recre
     name = f"policy-{uuid.uuid4().hex[:8]}"
     ingress = _ingress(name)
     first = _eventually(lambda: _status(ingress))
-    assert first.restarted is False and asyncio.run(ingress._policy_restarts()) == 0
+    assert first.restarted is False and asyncio.run(ingress.policy_restarts()) == 0
     actor_id = ray.get_actor(name)._actor_id
     ray.kill(ray.get_actor(name), no_restart=False)  # a crash: Ray restarts it in place
 
     after = _eventually(lambda: _status(ingress))
     assert after.restarted is True
     assert ray.get_actor(name)._actor_id == actor_id
-    assert asyncio.run(ingress._policy_restarts()) == 1
+    assert asyncio.run(ingress.policy_restarts()) == 1
     ray.kill(ray.get_actor(name), no_restart=True)  # gone for good: the next call creates a new one
     with pytest.raises(Exception):  # noqa: B017 - whatever Ray raises for a dead actor
         asyncio.run(ingress._ask_policy("status"))
@@ -83,7 +84,7 @@ def test_a_restarted_actor_is_the_same_one_and_counted_and_a_killed_one_is_recre
     assert fresh.restarted is False and ray.get_actor(name)._actor_id != actor_id
 
 
-def _status(ingress: SpecFlipIngress) -> FleetStatus | None:
+def _status(ingress: ControlRoutes) -> FleetStatus | None:
     try:
         return asyncio.run(ingress._ask_policy("status"))
     except Exception:  # starting or restarting: not yet
