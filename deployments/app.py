@@ -19,12 +19,11 @@ from ray import serve
 from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.ingress import make_fastapi_ingress
-from starlette.middleware.cors import CORSMiddleware
 
 from deployments.config import ConfigError, DataPath, Device, SpecFlipConfig, load_config
 from deployments.engine import EngineFactory, build_specflip_engine
 from deployments.errors import install_handlers
-from deployments.guard import JsonBodyGuard
+from deployments.guard import add_guard_and_cors
 from deployments.ingress import SpecFlipIngress
 from deployments.metrics import RequestCountMiddleware
 from deployments.ray_compat import (
@@ -95,14 +94,7 @@ def _ingress_app(config: SpecFlipConfig) -> Any:
     strip_ray_error_and_cors_middleware(app)  # replaced: errors.install_handlers, CORS below
     install_handlers(app)
     install_openapi(app)
-    app.add_middleware(JsonBodyGuard, config=config)  # raw-body checks before the request models parse it
-    app.add_middleware(
-        CORSMiddleware,
-        allow_origins=list(config.serve.cors_allow_origins),
-        allow_credentials=False,  # never: a bearer token authenticates, not cookies
-        allow_methods=["GET", "POST"],
-        allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
-    )
+    add_guard_and_cors(app, config)
     app.add_middleware(RequestCountMiddleware)  # outermost: sees the final status of every response
     return app
 

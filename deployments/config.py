@@ -253,7 +253,12 @@ class ServeSettings(_Frozen):
         "(specflip's input checks, stream coalescing, ingress metrics) and a Serve handle to the "
         "replica. direct: Ray Serve's direct streaming (Ray 2.60, experimental): HAProxy asks an "
         "ingress request router for a replica, then connects the client to that replica's own "
-        "SGLang OpenAI server; specflip's routes are served by every replica.",
+        "SGLang OpenAI server (cut down to the OpenAI, model and health routes); specflip's routes "
+        "are served by every replica. Both paths apply the same raw-body checks (strict JSON, "
+        "messages, prompt size against the context) and CORS; past them, direct is SGLang's own "
+        "handling: SGLang's error bodies, SGLang's semantics for seed, min_tokens, token-id prompts "
+        "and tools, no ingress metrics, no stream coalescing, no graceful drain of streams "
+        "(docs/architecture.md, 'Data paths').",
     )
     control_token: str | None = Field(
         default=None,

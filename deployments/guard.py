@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from starlette.middleware.cors import CORSMiddleware
+
 from deployments.body import Problem, check_chat_body, check_completion_body, parse_body
 from deployments.config import SpecFlipConfig
 from deployments.errors import error_response
 from deployments.limits import ModelLimits, limits_for
 
-__all__ = ["MAX_BODY_BYTES", "JsonBodyGuard"]
+__all__ = ["MAX_BODY_BYTES", "JsonBodyGuard", "add_guard_and_cors"]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _CHECKS = {
@@ -92,3 +94,18 @@ class JsonBodyGuard:
 
 async def _refuse(problem: Problem, scope: Scope, receive: Receive, send: Send) -> None:
     await error_response(problem.status, problem.message, param=problem.param)(scope, receive, send)
+
+
+def add_guard_and_cors(app: Any, config: SpecFlipConfig) -> None:
+    """The body guard, and CORS for the configured origins only, never with credentials (a bearer
+    token authenticates, not cookies), on a FastAPI app that has not started. Any CORS middleware
+    the app came with (Ray's, SGLang's: any origin, with credentials) is removed first."""
+    app.user_middleware[:] = [m for m in app.user_middleware if m.cls is not CORSMiddleware]
+    app.add_middleware(JsonBodyGuard, config=config)  # raw-body checks before the request models parse it
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=list(config.serve.cors_allow_origins),
+        allow_credentials=False,
+        allow_methods=["GET", "POST"],
+        allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
+    )

@@ -37,11 +37,10 @@ from jinja2 import TemplateError
 
 from deployments.coalesce import coalesce
 from deployments.config import SpecFlipConfig
-from deployments.control_routes import ControlRoutes
 from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
 from deployments.limits import limits_for
 from deployments.prompts import is_token_ids, tokenize_off_loop
-from deployments.ray_compat import SGLangServer, add_models_retrieve_route, init_sglang_server_without_engine
+from deployments.ray_compat import SGLangServer, init_sglang_server_without_engine
 from deployments.replica_loop import SpeculationLoop
 from deployments.warmup import warm_up
 
@@ -128,15 +127,17 @@ class SpecFlipServer(SGLangServer):
         return opts
 
     async def __serve_build_asgi_app__(self) -> Any:
-        """`serve.data_path: direct`: the HTTP app this replica serves itself behind Serve's HAProxy:
-        SGLang's own OpenAI routes on this replica's engine (patched_worker.http_app), the models
-        route Ray's ingress would serve, and specflip's /specflip/* and /metrics."""
-        from patched_worker.http_app import native_openai_app
+        """`serve.data_path: direct`: the HTTP app this replica serves itself behind Serve's HAProxy
+        (deployments.direct: SGLang's OpenAI routes on this engine, guarded, and specflip's routes)."""
+        from deployments.direct import direct_app
 
-        app = native_openai_app(self.engine)
-        add_models_retrieve_route(app, self._llm_config)
-        ControlRoutes(self.config).add_to(app)
-        return app
+        return direct_app(self.engine, self.config, self._llm_config)
+
+    async def describe(self) -> dict[str, Any]:
+        """This replica's own view (mode, desired mode, policy source: actor, actor_cached or
+        local_fallback), through a deployment handle: what /specflip/status cannot know of a
+        replica that stopped reporting."""
+        return self.loop.describe()
 
     async def check_health(self) -> None:
         await self.loop.check_health()
