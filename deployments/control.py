@@ -94,9 +94,10 @@ def replica_document(r: ReplicaStatus) -> dict[str, Any]:
         "flips": r.flips,
         "patched": r.patched,
         "override": r.override.value,
-        # a replica reaching the actor reports every tick; one that stopped reaching it has been
-        # deciding locally (PolicyClient falls back after a few failed reports) since it went stale
-        "policy_source": "local_fallback" if r.stale else "actor",
+        # a replica reaching the actor reports every tick and follows its answers; the actor cannot
+        # tell a stale one that is dead or blocked from one deciding locally: "unknown" (the
+        # replica's own word is SpecFlipServer.describe() and its log)
+        "policy_source": "unknown" if r.stale else "actor",
         "stale": r.stale,
         "last_report_age_s": round(r.last_report_age_s, 3),
         "reason": r.reason,

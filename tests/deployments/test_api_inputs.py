@@ -183,6 +183,24 @@ def test_the_schema_lists_the_served_routes_and_the_statuses_they_answer(app: Lo
     assert {"401", "403", "404", "422", "429"} <= set(paths["/specflip/override"]["post"]["responses"])
 
 
+def test_the_openai_clients_tool_calling_is_a_400_naming_tools(app: LocalApp) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=app.client.url("/v1"), api_key="none", max_retries=0)
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=MODEL, messages=USER, tools=[tool], max_tokens=4)  # type: ignore[arg-type, list-item]
+    assert refused.value.status_code == 400 and "tool calling is not supported" in refused.value.message
+    assert refused.value.param == "tools"
+
+
 # -- the other findings -------------------------------------------------------------------------
 def test_seed_makes_sampling_reproducible_in_chat_and_completions(app: LocalApp) -> None:
     def sample(path: str, seed: int | None) -> str:
@@ -218,6 +236,21 @@ def test_bad_content_is_blamed_on_content_and_user_is_an_allowed_role(app: Local
     assert bad["param"] == "messages[0].content"
     role = _error(_post(app, CHAT, {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}), 400)
     assert role["param"] == "messages[0].role" and "user" in role["message"]
+
+
+def test_each_replica_reports_its_own_policy_source(app: LocalApp) -> None:
+    """The replica's own view through a deployment handle (what the status cannot know of a replica
+    that stopped reporting); the status shows fresh replicas as following the actor."""
+    from ray import serve
+
+    handle = serve.get_deployment_handle(f"SpecFlipServer:{MODEL}", app_name="specflip")
+    ids = {r["replica_id"] for r in app.client.replicas() if not r["stale"]}
+    seen = {}
+    for _ in range(20):  # requests land on either replica
+        view = handle.describe.remote().result(timeout_s=60)
+        seen[view["replica_id"]] = view["policy_source"]
+    assert set(seen) <= ids and set(seen.values()) == {"actor"}, seen
+    assert {r["policy_source"] for r in app.client.replicas() if not r["stale"]} == {"actor"}
 
 
 def test_a_missing_model_means_the_one_model_served(app: LocalApp) -> None:

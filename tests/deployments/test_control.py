@@ -90,7 +90,7 @@ def test_status_document_has_the_fields_the_loadtests_use() -> None:
         "last_report_age_s": 0.123,
         "reason": "rule flipped it",
     }
-    assert (b["override"], b["policy_source"]) == ("off", "local_fallback")
+    assert (b["override"], b["policy_source"]) == ("off", "unknown")  # stale: dead, blocked or local
     assert doc["policy"]["config"]["high"] == 4.0 and doc["policy"]["config"]["rule"] == "threshold"
     assert doc["policy"]["flips_total"] == 3 and doc["policy"]["enabled"] is True
     assert "rule" not in status_document(fleet, enabled=False, actor_name="p")["policy"]["config"]

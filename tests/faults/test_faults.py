@@ -143,10 +143,15 @@ def test_killing_one_replica_fails_only_its_in_flight_requests_and_the_policy_fo
         os.kill(pids[0], signal.SIGKILL)
 
     gone: dict[str, float] = {}
+    stale_sources: set[str] = set()  # what the status says of the dead replica while it is stale
 
     def recovered() -> None:
         def replaced() -> bool:
-            ids = {r["replica_id"] for r in app.client.replicas()}
+            replicas = app.client.replicas()
+            stale_sources.update(
+                r["policy_source"] for r in replicas if r["stale"] and r["replica_id"] in old_ids
+            )
+            ids = {r["replica_id"] for r in replicas}
             for rid in old_ids - ids:
                 gone.setdefault(rid, time.monotonic())
             new = ids - old_ids
@@ -164,6 +169,8 @@ def test_killing_one_replica_fails_only_its_in_flight_requests_and_the_policy_fo
     assert all("Traceback" not in f.detail and "OOM" not in f.detail for f in failures), failures
     # forgotten within the TTL of its last report (it stopped reporting when it was killed)
     (dead,) = gone
+    # a dead replica is never shown as deciding locally: the actor cannot know, so "unknown"
+    assert stale_sources == {"unknown"}, stale_sources
     assert gone[dead] - killed_at[0] <= TTL_S + 5, gone[dead] - killed_at[0]
     # the replacement reports to the actor and runs the mode the policy wants for it
     (new,) = {r["replica_id"] for r in app.client.replicas()} - old_ids
