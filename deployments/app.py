@@ -22,10 +22,17 @@ from ray.serve.llm.ingress import make_fastapi_ingress
 
 from deployments.config import ConfigError, DataPath, Device, SpecFlipConfig, load_config
 from deployments.engine import EngineFactory, build_specflip_engine
-from deployments.guard import JsonBodyGuard
-from deployments.ingress import ENDPOINTS, SpecFlipIngress
+from deployments.errors import install_handlers
+from deployments.guard import add_guard_and_cors
+from deployments.ingress import SpecFlipIngress
 from deployments.metrics import RequestCountMiddleware
-from deployments.ray_compat import direct_streaming_app, openai_fastapi_app, to_model_metadata
+from deployments.ray_compat import (
+    direct_streaming_app,
+    openai_fastapi_app,
+    strip_ray_error_and_cors_middleware,
+    to_model_metadata,
+)
+from deployments.routes import ENDPOINTS, install_openapi
 from deployments.server import SpecFlipServer
 
 __all__ = ["CPU_ENV", "CONFIG_ENV", "assemble", "build_app", "config_from_args", "llm_config_for"]
@@ -66,6 +73,8 @@ def llm_config_for(config: SpecFlipConfig) -> LLMConfig:
             "max_ongoing_requests": r.max_ongoing_requests,
             "health_check_period_s": 10,
             "health_check_timeout_s": r.health_timeout_s + 5,
+            "graceful_shutdown_timeout_s": config.serve.graceful_shutdown_s,
+            "graceful_shutdown_wait_loop_s": 1.0,
             "ray_actor_options": actor_options,
         },
         runtime_env=_runtime_env(config),
@@ -80,9 +89,12 @@ def _runtime_env(config: SpecFlipConfig) -> dict[str, Any] | None:
     return {"env_vars": env} if env else None
 
 
-def _ingress_app() -> Any:
+def _ingress_app(config: SpecFlipConfig) -> Any:
     app = openai_fastapi_app()  # Ray's FastAPI app with its middleware
-    app.add_middleware(JsonBodyGuard)  # raw-body checks before the request models parse it
+    strip_ray_error_and_cors_middleware(app)  # replaced: errors.install_handlers, CORS below
+    install_handlers(app)
+    install_openapi(app)
+    add_guard_and_cors(app, config)
     app.add_middleware(RequestCountMiddleware)  # outermost: sees the final status of every response
     return app
 
@@ -96,7 +108,7 @@ def assemble(config: SpecFlipConfig, *, engine_factory: EngineFactory = build_sp
         app: Application = direct_streaming_app(llm_config, bind_kwargs)
         return app
     server = build_llm_deployment(llm_config, bind_kwargs=bind_kwargs)
-    ingress_cls = make_fastapi_ingress(SpecFlipIngress, endpoint_map=ENDPOINTS, app=_ingress_app())
+    ingress_cls = make_fastapi_ingress(SpecFlipIngress, endpoint_map=ENDPOINTS, app=_ingress_app(config))
     # one ingress replica: its metrics stay monotonic for Prometheus; it does no heavy work
     ingress: Any = serve.deployment(
         ingress_cls,
@@ -104,6 +116,8 @@ def assemble(config: SpecFlipConfig, *, engine_factory: EngineFactory = build_sp
         num_replicas=1,
         max_ongoing_requests=100_000,
         ray_actor_options={"num_cpus": 0},
+        graceful_shutdown_timeout_s=config.serve.graceful_shutdown_s,
+        graceful_shutdown_wait_loop_s=1.0,
     )
     return ingress.bind(
         llm_deployments={config.model.id: server},

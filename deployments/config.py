@@ -253,12 +253,30 @@ class ServeSettings(_Frozen):
         "(specflip's input checks, stream coalescing, ingress metrics) and a Serve handle to the "
         "replica. direct: Ray Serve's direct streaming (Ray 2.60, experimental): HAProxy asks an "
         "ingress request router for a replica, then connects the client to that replica's own "
-        "SGLang OpenAI server; specflip's routes are served by every replica.",
+        "SGLang OpenAI server (cut down to the OpenAI, model and health routes); specflip's routes "
+        "are served by every replica. Both paths apply the same raw-body checks (strict JSON, "
+        "messages, prompt size against the context) and CORS; past them, direct is SGLang's own "
+        "handling: SGLang's error bodies, SGLang's semantics for seed, min_tokens, token-id prompts "
+        "and tools, no ingress metrics, no stream coalescing, no graceful drain of streams "
+        "(docs/architecture.md, 'Data paths').",
     )
     control_token: str | None = Field(
         default=None,
         description="Bearer token for control endpoints; falls back to "
         "$SPECFLIP_CONTROL_TOKEN; control is refused if unset.",
+    )
+
+    cors_allow_origins: tuple[str, ...] = Field(
+        default=("*",),
+        description="Origins browsers may call the API from ('*': any); never with credentials "
+        "(cookies): clients authenticate with a bearer token. [] turns cross-origin access off.",
+    )
+    graceful_shutdown_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="On shutdown or redeploy, how long a replica (and the ingress) keeps serving "
+        "its in-flight requests, streams included, before it is stopped.",
     )
 
     def resolved_token(self) -> str | None:

@@ -19,6 +19,7 @@ __all__ = [
     "OVERRIDES",
     "AuthProblem",
     "OverrideRequest",
+    "RateLimiter",
     "check_bearer",
     "replica_document",
     "status_document",
@@ -32,11 +33,30 @@ class OverrideRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     replica_id: str = Field(
-        ..., min_length=1, description="A replica id from /specflip/status, or '*' for all."
+        ..., min_length=1, max_length=200, description="A replica id from /specflip/status, or '*' for all."
     )
     mode: Literal["on", "off", "auto"] = Field(
         ..., description="Force speculation on/off, or auto (the rule)."
     )
+
+
+class RateLimiter:
+    """A token bucket: `rate` calls per second on average, bursts of up to `burst`."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._tokens: float = float(burst)
+        self._at: float | None = None
+
+    def allow(self, now: float) -> float:
+        """0 if a call may go now (and take a token); else the seconds until one may."""
+        if self._at is not None:
+            self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return 0.0
+        return (1 - self._tokens) / self.rate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,9 +94,10 @@ def replica_document(r: ReplicaStatus) -> dict[str, Any]:
         "flips": r.flips,
         "patched": r.patched,
         "override": r.override.value,
-        # a replica reaching the actor reports every tick; one that stopped reaching it has been
-        # deciding locally (PolicyClient falls back after a few failed reports) since it went stale
-        "policy_source": "local_fallback" if r.stale else "actor",
+        # a replica reaching the actor reports every tick and follows its answers; the actor cannot
+        # tell a stale one that is dead or blocked from one deciding locally: "unknown" (the
+        # replica's own word is SpecFlipServer.describe() and its log)
+        "policy_source": "unknown" if r.stale else "actor",
         "stale": r.stale,
         "last_report_age_s": round(r.last_report_age_s, 3),
         "reason": r.reason,

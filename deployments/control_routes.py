@@ -3,12 +3,19 @@
 Served by the ingress (`serve.data_path: ingress`) or, with the direct data path, by every
 replica next to SGLang's own OpenAI routes. Each asks the named policy actor (created here if it
 does not exist yet), with a timeout; the token check and the documents are in deployments.control.
+
+Whoever builds `ControlRoutes` first creates the actor and owns it: an actor whose owner drops its
+last handle is destroyed, even while Ray is restarting it. So the handle is kept across timeouts
+and restarts (Ray restarts the actor in place, `max_restarts`), and only an actor that is gone for
+good (killed without restart) is created anew. Restarts are counted from Ray's GCS actor table.
+Overrides are rate-limited (a token bucket per process) and never echo the request back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from fastapi import Request
@@ -16,8 +23,10 @@ from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
 from deployments.config import SpecFlipConfig
-from deployments.control import OVERRIDES, OverrideRequest, check_bearer, status_document
+from deployments.control import OVERRIDES, OverrideRequest, RateLimiter, check_bearer, status_document
+from deployments.errors import error_response
 from deployments.metrics import CONTENT_TYPE, IngressMetrics
+from deployments.ray_compat import actor_restarts
 from policy.types import UnknownReplicaError
 
 __all__ = ["ControlRoutes", "error_response"]
@@ -25,14 +34,8 @@ __all__ = ["ControlRoutes", "error_response"]
 log = logging.getLogger(__name__)
 
 _ACTOR_TIMEOUT_S = 5.0
-
-
-def error_response(
-    status_code: int, message: str, type_: str = "BadRequestError", headers: dict[str, str] | None = None
-) -> JSONResponse:
-    """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
-    body = {"error": {"message": message, "type": type_, "param": None, "code": status_code}}
-    return JSONResponse(body, status_code=status_code, headers=headers)
+# control calls (overrides) per second, and the burst allowed: enough for scripts, not for a flood
+CONTROL_RATE, CONTROL_BURST = 5.0, 20
 
 
 class ControlRoutes:
@@ -42,6 +45,7 @@ class ControlRoutes:
         self.config = config
         self.metrics = metrics
         self.token = config.serve.resolved_token()
+        self._control_rate = RateLimiter(CONTROL_RATE, CONTROL_BURST)
         self._policy: Any = None
         self._policy_actor()
 
@@ -56,6 +60,7 @@ class ControlRoutes:
             self.metrics.policy_reachable.set(value)
 
     def _policy_actor(self) -> Any:
+        """The policy actor's handle, kept for this process's lifetime (see the module docstring)."""
         if self._policy is None:
             from policy.actor import get_or_create_policy_actor
 
@@ -64,20 +69,40 @@ class ControlRoutes:
             )
         return self._policy
 
-    async def _ask_policy(self, method: str, *args: Any) -> Any:
+    def _policy_gone(self) -> bool:
+        """True if no actor of the policy's name exists any more (killed for good, not restarting)."""
+        import ray
+
         try:
-            result = await asyncio.wait_for(
-                getattr(self._policy_actor(), method).remote(*args), _ACTOR_TIMEOUT_S
-            )
+            ray.get_actor(self.config.policy.actor_name)
+        except ValueError:
+            return True
+        return False
+
+    async def _ask_policy(self, method: str, *args: Any) -> Any:
+        handle = self._policy_actor()
+        try:
+            result = await asyncio.wait_for(getattr(handle, method).remote(*args), _ACTOR_TIMEOUT_S)
         except UnknownReplicaError:
             self._reachable(1)
             raise
         except Exception:
             self._reachable(0)
-            self._policy = None  # look the actor up (or recreate it) next time
+            # a timeout or a restart keeps the handle (and so the actor); only an actor that is
+            # gone for good (killed without restart) is created anew on the next call
+            if await asyncio.to_thread(self._policy_gone):
+                log.warning("policy actor %s is gone: creating a new one", self.config.policy.actor_name)
+                self._policy = None
             raise
         self._reachable(1)
         return result
+
+    async def policy_restarts(self) -> int | None:
+        """Times Ray restarted the policy actor (None if unknown); also set as a metric."""
+        restarts = await asyncio.to_thread(actor_restarts, self._policy_actor())
+        if restarts is not None and self.metrics is not None:
+            self.metrics.policy_restarts.set(restarts)
+        return restarts
 
     async def status(self) -> Response:
         try:
@@ -86,16 +111,22 @@ class ControlRoutes:
             return error_response(
                 503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
             )
-        return JSONResponse(
-            status_document(
-                fleet,
-                enabled=self.config.policy.enabled,
-                actor_name=self.config.policy.actor_name,
-                expected_replicas=self.config.replicas.count,
-            )
+        document = status_document(
+            fleet,
+            enabled=self.config.policy.enabled,
+            actor_name=self.config.policy.actor_name,
+            expected_replicas=self.config.replicas.count,
         )
+        document["policy"]["restarts"] = await self.policy_restarts()
+        return JSONResponse(document)
 
     async def override(self, request: Request) -> Response:
+        wait_s = self._control_rate.allow(time.monotonic())
+        if wait_s > 0:
+            retry = str(max(1, round(wait_s)))
+            return error_response(
+                429, f"too many control calls: retry in {retry} s", headers={"Retry-After": retry}
+            )
         problem = check_bearer(request.headers.get("authorization"), self.token)
         if problem is not None:
             headers = {"WWW-Authenticate": "Bearer"} if problem.status_code == 401 else None
@@ -118,7 +149,7 @@ class ControlRoutes:
                 await self._ask_policy("set_override", rid, OVERRIDES[order.mode])
         except UnknownReplicaError as err:
             cause = getattr(err, "cause", None) or err  # Ray wraps the actor's exception
-            return error_response(404, str(cause).splitlines()[0], "NotFoundError")
+            return error_response(404, str(cause).splitlines()[0][:400], "NotFoundError")
         except Exception as err:
             return error_response(
                 503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
@@ -129,6 +160,7 @@ class ControlRoutes:
     async def metrics_text(self) -> Response:
         try:
             policy_text = await self._ask_policy("metrics_text")
+            await self.policy_restarts()
         except Exception:
             policy_text = ""
         return Response(

@@ -69,6 +69,8 @@ def engine_kwargs(config: SpecFlipConfig) -> dict[str, Any]:
             disable_cuda_graph=e.disable_cuda_graph,
             skip_server_warmup=True,
             log_level="error",
+            # the sampling backend that takes per-request seeds (patched_worker.seeding); CPU uses it too
+            sampling_backend="pytorch",
             **common,
         )
         optional: tuple[tuple[str, Any], ...] = (

@@ -1,20 +1,32 @@
-"""ASGI middleware in front of the OpenAI POST routes: the raw body must be a JSON object with
-JSON-typed numbers (`validation.check_json_body`), and not larger than a limit. Anything else
-gets a 400 (413) with the reason before FastAPI and the request models see it."""
+"""ASGI middleware in front of the OpenAI POST routes: the raw body must be a JSON object no larger
+than a limit, and pass `deployments.body`'s checks (strict JSON, messages, prompt sizes against
+the model's context, fields the request models would crash on). Anything else gets a 400 (413)
+with the reason before FastAPI and the request models see it, and before any replica spends
+anything on it.
+
+A body that passes is handed on as `application/json` whatever content type the client sent
+(curl's default form type, `text/plain`): the route reads JSON either way.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from starlette.responses import JSONResponse
+from starlette.middleware.cors import CORSMiddleware
 
-from deployments.validation import check_json_body
+from deployments.body import Problem, check_chat_body, check_completion_body, parse_body
+from deployments.config import SpecFlipConfig
+from deployments.errors import error_response
+from deployments.limits import ModelLimits, limits_for
 
-__all__ = ["MAX_BODY_BYTES", "JsonBodyGuard"]
+__all__ = ["MAX_BODY_BYTES", "JsonBodyGuard", "add_guard_and_cors"]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
-_GUARDED = ("/v1/chat/completions", "/v1/completions")
+_CHECKS = {
+    "/v1/chat/completions": check_chat_body,
+    "/v1/completions": check_completion_body,
+}
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -22,23 +34,26 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"message": message, "type": "BadRequestError", "param": None, "code": status}},
-        status_code=status,
-    )
-
-
 class JsonBodyGuard:
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+    def __init__(
+        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], config: SpecFlipConfig | None = None
+    ) -> None:
         self.app = app
+        self._config = config
+        self._limits: ModelLimits | None = None  # read on first use, on the ingress's node
+
+    @property
+    def limits(self) -> ModelLimits:
+        if self._limits is None:
+            self._limits = limits_for(self._config)
+        return self._limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope.get("method") != "POST"
-            or not scope.get("path", "").endswith(_GUARDED)
-        ):
+        check = None
+        if scope["type"] == "http" and scope.get("method") == "POST":
+            path = scope.get("path", "")
+            check = next((c for route, c in _CHECKS.items() if path.endswith(route)), None)
+        if check is None:
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
@@ -50,15 +65,18 @@ class JsonBodyGuard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > MAX_BODY_BYTES:
-                await _error(413, f"request body exceeds {MAX_BODY_BYTES} bytes")(scope, receive, send)
+                await _refuse(
+                    Problem(413, f"request body exceeds {MAX_BODY_BYTES} bytes"), scope, receive, send
+                )
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        reason = check_json_body(body)
-        if reason is not None:
-            await _error(400, reason)(scope, receive, send)
+        parsed = parse_body(body)
+        problem = parsed if isinstance(parsed, Problem) else check(parsed, self.limits)
+        if problem is not None:
+            await _refuse(problem, scope, receive, send)
             return
         replayed = False
 
@@ -69,4 +87,25 @@ class JsonBodyGuard:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-type"]
+        scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
         await self.app(scope, replay, send)
+
+
+async def _refuse(problem: Problem, scope: Scope, receive: Receive, send: Send) -> None:
+    await error_response(problem.status, problem.message, param=problem.param)(scope, receive, send)
+
+
+def add_guard_and_cors(app: Any, config: SpecFlipConfig) -> None:
+    """The body guard, and CORS for the configured origins only, never with credentials (a bearer
+    token authenticates, not cookies), on a FastAPI app that has not started. Any CORS middleware
+    the app came with (Ray's, SGLang's: any origin, with credentials) is removed first."""
+    app.user_middleware[:] = [m for m in app.user_middleware if m.cls is not CORSMiddleware]
+    app.add_middleware(JsonBodyGuard, config=config)  # raw-body checks before the request models parse it
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=list(config.serve.cors_allow_origins),
+        allow_credentials=False,
+        allow_methods=["GET", "POST"],
+        allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
+    )

@@ -1,13 +1,13 @@
 """`SpecFlipIngress`: Ray Serve LLM's `OpenAiIngress` plus request checks, control, status, metrics.
 
-The OpenAI routes are Ray's (`DEFAULT_ENDPOINTS`); `ENDPOINTS` adds ours through the supported
-`make_fastapi_ingress(cls, endpoint_map=...)`:
+The OpenAI routes are Ray's (`deployments.routes.ENDPOINTS`: those this app serves); ours are
+added through the supported `make_fastapi_ingress(cls, endpoint_map=...)`:
 
 - `GET  /specflip/status`   fleet status from the policy actor (public)
 - `POST /specflip/override` force a replica (or `*`) on/off/auto; `Authorization: Bearer <token>`
 - `GET  /metrics`           Prometheus text: the ingress's registry, then the policy actor's
 
-The ingress creates the named policy actor (it owns it: the actor lives as long as the app).
+The ingress creates the named policy actor and owns it (`deployments.control_routes`).
 Chat and completions bodies are checked (`deployments.validation`) before they reach a replica.
 """
 
@@ -24,26 +24,20 @@ from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from deployments.config import SpecFlipConfig
-from deployments.control_routes import ControlRoutes, error_response
+from deployments.control_routes import ControlRoutes
+from deployments.errors import error_response, fault_response, request_id_of, safe_stream
 from deployments.metrics import ingress_metrics, observe_stream, usage_tokens
 from deployments.ray_compat import (
-    DEFAULT_ENDPOINTS,
     ChatCompletionRequest,
     CompletionRequest,
     OpenAIHTTPException,
 )
+from deployments.routes import ENDPOINTS, NOT_SERVED
 from deployments.validation import check_chat, check_completion
 
 __all__ = ["ENDPOINTS", "SpecFlipIngress", "context_limit", "error_response"]
 
 log = logging.getLogger(__name__)
-
-ENDPOINTS = {
-    **DEFAULT_ENDPOINTS,
-    "specflip_status": lambda app: app.get("/specflip/status"),
-    "specflip_override": lambda app: app.post("/specflip/override"),
-    "prometheus_metrics": lambda app: app.get("/metrics"),
-}
 
 
 def context_limit(config: SpecFlipConfig) -> int | None:
@@ -76,18 +70,26 @@ class SpecFlipIngress(OpenAiIngress):
 
     # -- OpenAI routes: checks, then Ray's handling, timed -------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
+        self._default_model(body)
         reason = check_chat(body, self._limit)
         if reason:
             return error_response(400, reason)
-        return await self._timed("/v1/chat/completions", body, super().chat(body, request))
+        return await self._timed("/v1/chat/completions", body, request, super().chat)
 
     async def completions(self, body: CompletionRequest, request: Request) -> Response:
+        self._default_model(body)
         reason = check_completion(body, self._limit)
         if reason:
             return error_response(400, reason)
-        return await self._timed("/v1/completions", body, super().completions(body, request))
+        return await self._timed("/v1/completions", body, request, super().completions)
 
-    async def _timed(self, endpoint: str, body: Any, respond: Any) -> Response:
+    def _default_model(self, body: Any) -> None:
+        """No `model` in the body: the one model this app serves (SGLang's models fill in
+        "default", which no app serves)."""
+        if "model" not in body.model_fields_set and len(self._model_cards) == 1:
+            body.model = next(iter(self._model_cards))
+
+    async def _timed(self, endpoint: str, body: Any, request: Request, handler: Any) -> Response:
         started = time.monotonic()
         keep_usage = True
         if body.stream:  # ask the replica for a usage chunk: TPOT needs the token count
@@ -96,25 +98,46 @@ class SpecFlipIngress(OpenAiIngress):
             if not keep_usage:
                 body.stream_options = _stream_options_with_usage(body)
         try:
-            response = await respond
+            response = await handler(body, request)
         except Exception as err:
             client_error = _client_error(err)
-            if client_error is None:
-                raise  # Ray's exception middleware answers (5xx)
-            return client_error
+            return client_error if client_error is not None else fault_response(err, request_id_of(request))
         if isinstance(response, StreamingResponse):
-            response.body_iterator = observe_stream(
+            observed = observe_stream(
                 cast(AsyncIterator[str | bytes], response.body_iterator),
                 endpoint,
                 started,
                 keep_usage=keep_usage,
                 metrics=self._metrics,
             )
+            response.body_iterator = safe_stream(observed, request_id_of(request))
         elif isinstance(response, JSONResponse):
             tokens = usage_tokens(_json_body(response))
             if tokens is not None:
                 self._metrics.output_tokens.labels(endpoint).inc(tokens)
         return response
+
+    async def model_data(self, model: str) -> Any:
+        try:
+            return await super().model_data(model)
+        except OpenAIHTTPException as err:
+            return error_response(err.status_code, f"model {model[:100]!r} is not served here", err.type)
+
+    # -- Ray routes this app does not serve: 404 with the reason ---------------------------------
+    async def embeddings(self, request: Request) -> Response:  # type: ignore[override]
+        return _not_served("embeddings")
+
+    async def transcriptions(self, request: Request) -> Response:  # type: ignore[override]
+        return _not_served("transcriptions")
+
+    async def score(self, request: Request) -> Response:  # type: ignore[override]
+        return _not_served("score")
+
+    async def tokenize(self, request: Request) -> Response:  # type: ignore[override]
+        return _not_served("tokenize")
+
+    async def detokenize(self, request: Request) -> Response:  # type: ignore[override]
+        return _not_served("detokenize")
 
     # -- control, status, metrics (shared with the direct data path: deployments.control_routes) --
     async def specflip_status(self) -> Response:
@@ -125,6 +148,11 @@ class SpecFlipIngress(OpenAiIngress):
 
     async def prometheus_metrics(self) -> Response:
         return await self._control.metrics_text()
+
+
+def _not_served(name: str) -> Response:
+    path, why = NOT_SERVED[name]
+    return error_response(404, f"{path} is not served: {why}")
 
 
 def _client_error(err: Exception) -> JSONResponse | None:

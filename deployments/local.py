@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -13,7 +14,9 @@ from typing import Any
 from deployments.client import SpecflipClient
 from deployments.config import DIRECT_STREAMING_ENV, DataPath, SpecFlipConfig
 
-__all__ = ["LocalApp", "run_local", "wait_until"]
+__all__ = ["APP_NAME", "LocalApp", "run_local", "wait_until"]
+
+APP_NAME = "specflip"
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ def run_local(
             f"(engine start takes a while) ..."
         )
         app = assemble(config) if engine_factory is None else assemble(config, engine_factory=engine_factory)
-        serve.run(app, name="specflip", route_prefix=config.serve.route_prefix)
+        serve.run(app, name=APP_NAME, route_prefix=config.serve.route_prefix)
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         local = LocalApp(f"http://{shown}:{port}{config.serve.route_prefix.rstrip('/')}", config)
 
@@ -121,7 +124,7 @@ def run_local(
         finally:
             local.client.close()
     finally:
-        _shutdown()
+        _shutdown(drain_s=config.serve.graceful_shutdown_s)
         if haproxy_dir is not None:
             _stop_haproxy(haproxy_dir)
 
@@ -163,15 +166,22 @@ def _stop_haproxy(folder: str) -> None:
             continue
 
 
-def _shutdown(serve_timeout_s: float = 30.0) -> None:
-    """serve.shutdown, bounded: a SIGTERM sent to our whole process group may have taken Ray's own
-    processes down already, and serve.shutdown would then wait on them; ray.shutdown stops the rest."""
+def _shutdown(serve_timeout_s: float = 30.0, drain_s: float = 0.0) -> None:
+    """Delete the app first (its replicas and ingress finish their in-flight requests, streams
+    included, for up to `drain_s`), then serve.shutdown; each bounded: a SIGTERM sent to our whole
+    process group may have taken Ray's own processes down already, and Serve would then wait on
+    them; ray.shutdown stops the rest."""
     import threading
 
     import ray
     from ray import serve
 
-    stopper = threading.Thread(target=serve.shutdown, name="serve-shutdown", daemon=True)
+    def drain_then_stop() -> None:
+        with contextlib.suppress(Exception):  # already gone, or Serve not reachable any more
+            serve.delete(APP_NAME, _blocking=True)
+        serve.shutdown()
+
+    stopper = threading.Thread(target=drain_then_stop, name="serve-shutdown", daemon=True)
     stopper.start()
-    stopper.join(serve_timeout_s)
+    stopper.join(serve_timeout_s + drain_s)
     ray.shutdown()

@@ -104,6 +104,11 @@ class IngressMetrics:
             "1 if the policy actor answered the last status/metrics call of this ingress",
             registry=r,
         )
+        self.policy_restarts = Gauge(
+            PREFIX + "ingress_policy_restarts",
+            "Times Ray restarted the policy actor, as of the ingress's last status/metrics call",
+            registry=r,
+        )
 
     def text(self) -> str:
         return generate_latest(self.registry).decode()

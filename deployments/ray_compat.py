@@ -21,14 +21,18 @@ __all__ = [
     "direct_streaming_app",
     "RAY_VERSION",
     "ChatCompletionRequest",
+    "ChatCompletionResponse",
     "CompletionRequest",
+    "CompletionResponse",
     "OpenAIHTTPException",
     "SGLangServer",
     "UnsupportedRayVersion",
+    "actor_restarts",
     "check_ray_version",
     "init_sglang_server_without_engine",
     "openai_fastapi_app",
     "sglang_server_state_not_set",
+    "strip_ray_error_and_cors_middleware",
     "to_model_metadata",
 ]
 
@@ -55,7 +59,8 @@ check_ray_version()
 # - SGLangServer: base class of SpecFlipServer. Ray exports no server class for SGLang (ray.serve.llm
 #   has only LLMServer, the vLLM one). Goes when ray.serve.llm exports an SGLang server class.
 # - ChatCompletionRequest, CompletionRequest: what the ingress's chat/completions routes are
-#   annotated with (FastAPI validates bodies into them), as in Ray's own OpenAiIngress;
+#   annotated with (FastAPI validates bodies into them), as in Ray's own OpenAiIngress (the two
+#   responses document the routes' 200s in the OpenAPI schema);
 #   ray.serve.llm.openai_api_models has public subclasses. OpenAIHTTPException: what Ray's ingress
 #   raises for client errors. Go when OpenAiIngress's routes take the public models and the
 #   exception is public.
@@ -73,7 +78,9 @@ check_ray_version()
 #   constructor arguments. Goes when ray.serve.llm has a direct-streaming builder taking bind kwargs.
 from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E402
     ChatCompletionRequest,
+    ChatCompletionResponse,
     CompletionRequest,
+    CompletionResponse,
     OpenAIHTTPException,
     to_model_metadata,
 )
@@ -131,3 +138,46 @@ def sglang_server_state_not_set() -> set[str]:
         and isinstance(node.ctx, ast.Load)
     }
     return read - defined - set(_SGLANG_SERVER_STATE)
+
+
+# Ray's `init()` app (openai_fastapi_app) adds two middlewares the app replaces: CORS with
+# `allow_origins=["*"]` and `allow_credentials=True` (Starlette then reflects any Origin with
+# credentials), and a BaseHTTPMiddleware whose `_handle_application_exceptions` answers every
+# exception with its text and traceback (and a 500 for client errors it does not know).
+# Goes when Ray's ingress takes its CORS options and error handler as arguments.
+_RAY_ERROR_MIDDLEWARE = "_handle_application_exceptions"
+
+
+def strip_ray_error_and_cors_middleware(app: Any) -> None:
+    """Remove Ray's CORS and exception-to-500 middleware from a not yet started FastAPI app."""
+    from starlette.middleware.base import BaseHTTPMiddleware
+    from starlette.middleware.cors import CORSMiddleware
+
+    def ray_owned(m: Any) -> bool:
+        if m.cls is CORSMiddleware:
+            return True
+        dispatch = m.kwargs.get("dispatch") if m.cls is BaseHTTPMiddleware else None
+        return getattr(dispatch, "__name__", "") == _RAY_ERROR_MIDDLEWARE
+
+    removed = [m for m in app.user_middleware if ray_owned(m)]
+    if len(removed) != 2:
+        raise UnsupportedRayVersion(
+            f"Ray's OpenAI app no longer has the CORS and error middleware specflip replaces "
+            f"(found {len(removed)} of 2): update deployments/ray_compat.py"
+        )
+    app.user_middleware[:] = [m for m in app.user_middleware if not ray_owned(m)]
+
+
+# How often Ray restarted an actor: the GCS actor table's NumRestarts, read through Ray's
+# debugging accessor `ray._private.state.actors` (the public state API needs the dashboard).
+# Goes when ray.util.state works without the dashboard or actor handles expose it.
+def actor_restarts(handle: Any) -> int | None:
+    """Times Ray restarted the actor behind `handle` (None if the GCS does not say)."""
+    from ray._private import state
+
+    try:
+        info = state.actors(handle._actor_id.hex())
+    except Exception:  # noqa: BLE001 - a debugging accessor: any failure means "unknown"
+        return None
+    value = info.get("NumRestarts") if isinstance(info, dict) else None
+    return int(value) if isinstance(value, int) else None

@@ -12,10 +12,13 @@ SSE streaming, tokenize and `/v1/models` are inherited; on top:
   desired mode;
 - a health check that probes the engine (a scheduler round trip with a timeout);
 - SGLang sampling extras (`ignore_eos`, `top_k`, `min_tokens`, ...) passed through when set;
+- prompts tokenized in a worker thread, refused by size first (deployments.prompts), and
+  OpenAI's token-id prompts passed to the engine as token ids;
 - `stream_options.include_usage`: a final usage chunk on streams (OpenAI semantics);
 - streams coalesced per `serve.stream_batching_interval_ms` (deployments.coalesce): the first
   chunk at once, then one packet per window;
-- engine input errors (e.g. prompt + max_tokens beyond the context) become 400s, not 500s.
+- engine input errors (e.g. prompt + max_tokens beyond the context) and chat templates refusing
+  the messages become 400s, not 500s.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from jinja2 import TemplateError
+
 from deployments.coalesce import coalesce
 from deployments.config import SpecFlipConfig
-from deployments.control_routes import ControlRoutes
 from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
-from deployments.ray_compat import SGLangServer, add_models_retrieve_route, init_sglang_server_without_engine
+from deployments.limits import limits_for
+from deployments.prompts import is_token_ids, tokenize_off_loop
+from deployments.ray_compat import SGLangServer, init_sglang_server_without_engine
 from deployments.replica_loop import SpeculationLoop
 from deployments.warmup import warm_up
 
@@ -46,7 +52,6 @@ log = logging.getLogger(__name__)
 _SAMPLING_EXTRAS = (
     "top_k",
     "min_p",
-    "min_tokens",
     "ignore_eos",
     "repetition_penalty",
     "frequency_penalty",
@@ -88,6 +93,7 @@ class SpecFlipServer(SGLangServer):
         init_sglang_server_without_engine(self, llm_config)
         self._usage: dict[int, _Usage] = {}
         self.config = config
+        self._limits = limits_for(config)
         self.replica_id = replica_id()
         started = time.monotonic()
         self.engine: ReplicaEngine = engine_factory(config)
@@ -121,15 +127,17 @@ class SpecFlipServer(SGLangServer):
         return opts
 
     async def __serve_build_asgi_app__(self) -> Any:
-        """`serve.data_path: direct`: the HTTP app this replica serves itself behind Serve's HAProxy:
-        SGLang's own OpenAI routes on this replica's engine (patched_worker.http_app), the models
-        route Ray's ingress would serve, and specflip's /specflip/* and /metrics."""
-        from patched_worker.http_app import native_openai_app
+        """`serve.data_path: direct`: the HTTP app this replica serves itself behind Serve's HAProxy
+        (deployments.direct: SGLang's OpenAI routes on this engine, guarded, and specflip's routes)."""
+        from deployments.direct import direct_app
 
-        app = native_openai_app(self.engine)
-        add_models_retrieve_route(app, self._llm_config)
-        ControlRoutes(self.config).add_to(app)
-        return app
+        return direct_app(self.engine, self.config, self._llm_config)
+
+    async def describe(self) -> dict[str, Any]:
+        """This replica's own view (mode, desired mode, policy source: actor, actor_cached or
+        local_fallback), through a deployment handle: what /specflip/status cannot know of a
+        replica that stopped reporting."""
+        return self.loop.describe()
 
     async def check_health(self) -> None:
         await self.loop.check_health()
@@ -152,28 +160,47 @@ class SpecFlipServer(SGLangServer):
         for name in _SAMPLING_EXTRAS:
             if name in fields_set and getattr(request, name, None) is not None:
                 params[name] = getattr(request, name)
+        if "min_tokens" in fields_set and getattr(request, "min_tokens", None) is not None:
+            params["min_new_tokens"] = request.min_tokens  # SGLang's name for it
         if "seed" in fields_set and getattr(request, "seed", None) is not None:
             params["sampling_seed"] = request.seed
         if "max_new_tokens" not in params and getattr(request, "max_completion_tokens", None) is not None:
             params["max_new_tokens"] = request.max_completion_tokens  # the newer name of max_tokens (chat)
         return params
 
+    def _build_generate_kwargs(self, request: Any, prompt: Any, stream: bool) -> dict[str, Any]:
+        kwargs: dict[str, Any] = super()._build_generate_kwargs(request, prompt, stream)
+        if is_token_ids(prompt):  # OpenAI's token-id prompts, and text tokenized off the loop
+            kwargs["input_ids"] = kwargs.pop("prompt")
+        return kwargs
+
+    async def _engine_prompt(self, prompt: Any) -> Any:
+        # raises PromptTooLarge (a 413) for text that cannot fit the context
+        return await tokenize_off_loop(self.engine.tokenizer_manager.tokenizer, prompt, self._limits)
+
+    def _render_chat_prompt(self, *args: Any, **kwargs: Any) -> str:
+        try:
+            return str(super()._render_chat_prompt(*args, **kwargs))
+        except TemplateError as err:  # the model's template refused these messages
+            raise EngineInputError(f"messages: the model's chat template refused them: {err}") from None
+
     async def _generate_raw(self, request: Any, prompt: Any) -> dict[str, Any]:
+        prompt = await self._engine_prompt(prompt)
         try:
             return await super()._generate_raw(request, prompt)
         except ValueError as err:  # SGLang's own input checks (length, sampling params)
-            raise _bad_request(err) from None
+            raise self._bad_request(err) from None
 
     async def _stream_generate(
         self, request: Any, prompt: Any
     ) -> AsyncGenerator[tuple[str, str | None], None]:
         """Ray's loop (cumulative text -> deltas), keeping the token counts for a usage chunk."""
         usage = self._usage.get(id(request))
-        kwargs = self._build_generate_kwargs(request, prompt, stream=True)
+        kwargs = self._build_generate_kwargs(request, await self._engine_prompt(prompt), stream=True)
         try:
             stream = await self.engine.async_generate(**kwargs)
         except ValueError as err:
-            raise _bad_request(err) from None
+            raise self._bad_request(err) from None
         previous = ""
         try:
             async for chunk in stream:
@@ -185,7 +212,18 @@ class SpecFlipServer(SGLangServer):
                 finish = meta.get("finish_reason")
                 yield delta, (self._parse_finish_reason(finish) if finish is not None else None)
         except ValueError as err:  # SGLang validates a streamed request on its first chunk
-            raise _bad_request(err) from None
+            raise self._bad_request(err) from None
+
+    def _bad_request(self, err: ValueError) -> EngineInputError:
+        """SGLang's refusal as a 400; a context overflow says the count includes the tokens the
+        speculative decoder reserves per request (SGLang adds them to the input silently)."""
+        message = str(err).splitlines()[0][:500] if str(err) else "invalid request"
+        reserved = int(getattr(self.engine.tokenizer_manager, "num_reserved_tokens", 0) or 0)
+        if reserved and "context length" in message:
+            message += (
+                f" (the input count includes {reserved} tokens speculative decoding reserves per request)"
+            )
+        return EngineInputError(message)
 
     async def chat(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
         items = self._with_usage(request, super().chat(request, raw_request_info), "chat.completion.chunk")
@@ -193,6 +231,9 @@ class SpecFlipServer(SGLangServer):
             yield item
 
     async def completions(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
+        prompt = request.prompt
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            request.prompt = [prompt]  # one token-id prompt, not a list of one-token prompts
         items = self._with_usage(request, super().completions(request, raw_request_info), "text_completion")
         async for item in self._coalesced(request, items):
             yield item
@@ -243,7 +284,3 @@ class EngineInputError(ValueError):
     """
 
     status_code = 400
-
-
-def _bad_request(err: ValueError) -> EngineInputError:
-    return EngineInputError(str(err).splitlines()[0][:500] if str(err) else "invalid request")

@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-__all__ = ["MESSAGE_ROLES", "check_chat", "check_completion", "check_json_body"]
+__all__ = ["MESSAGE_ROLES", "check_chat", "check_completion", "check_json_body", "check_json_fields"]
 
 MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
 
@@ -43,6 +43,11 @@ def check_json_body(raw: bytes) -> str | None:
         return f"malformed JSON: {err}"
     if not isinstance(body, dict):
         return f"request body must be a JSON object, got {type(body).__name__}"
+    return check_json_fields(body)
+
+
+def check_json_fields(body: dict[str, Any]) -> str | None:
+    """Integer and number fields of a parsed body hold JSON integers and numbers (not true, "1")."""
     for name in _INTEGER_FIELDS:
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):

@@ -10,6 +10,7 @@ Patched (sglang 0.5.17 only; `check_sglang_version` refuses anything else):
   (upstream returns ""), with the caller's sequence number (control.py drops stale replies).
 - `Scheduler.specflip_set_speculation` / `specflip_state` / `specflip_configure`: new RPC targets.
 These go when SGLang ships a runtime speculation switch with a plain-decode OFF mode.
+- Per-request `sampling_seed` honoured without deterministic inference: `patched_worker.seeding`.
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
     from patched_worker.switch import SpecSwitch
 
     profile_off.maybe_wrap(SpecSwitch)  # diagnostics only, when SPECFLIP_PROFILE_OFF is set
+    from patched_worker.seeding import install_seeding
+
+    seeding_targets = install_seeding()
     EAGLEWorkerV2.forward_batch_generation = forward_batch_generation
     EAGLEWorkerV2.on_verify_complete_cpu = on_verify_complete_cpu
     EAGLEWorkerV2.init_cuda_graphs = init_cuda_graphs
@@ -148,6 +152,7 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
             "Scheduler.specflip_set_speculation",
             "Scheduler.specflip_state",
             "Scheduler.specflip_configure",
+            *seeding_targets,
         ),
     )
     return _INSTALLED

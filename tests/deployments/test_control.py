@@ -90,7 +90,17 @@ def test_status_document_has_the_fields_the_loadtests_use() -> None:
         "last_report_age_s": 0.123,
         "reason": "rule flipped it",
     }
-    assert (b["override"], b["policy_source"]) == ("off", "local_fallback")
+    assert (b["override"], b["policy_source"]) == ("off", "unknown")  # stale: dead, blocked or local
     assert doc["policy"]["config"]["high"] == 4.0 and doc["policy"]["config"]["rule"] == "threshold"
     assert doc["policy"]["flips_total"] == 3 and doc["policy"]["enabled"] is True
     assert "rule" not in status_document(fleet, enabled=False, actor_name="p")["policy"]["config"]
+
+
+def test_rate_limiter_allows_a_burst_then_the_rate() -> None:
+    from deployments.control import RateLimiter
+
+    limiter = RateLimiter(rate=2.0, burst=3)
+    assert [limiter.allow(0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert limiter.allow(0.0) == 0.5  # the next token in half a second
+    assert limiter.allow(0.5) == 0.0 and limiter.allow(0.5) > 0
+    assert [limiter.allow(100.0) for _ in range(4)][:3] == [0.0, 0.0, 0.0]  # refills to the burst, no more

@@ -52,3 +52,11 @@ def test_the_state_check_notices_a_missing_attribute(monkeypatch: pytest.MonkeyP
     """Failure injection: drop one attribute from what the shortcut sets, the check names it."""
     monkeypatch.setattr(ray_compat, "_SGLANG_SERVER_STATE", ("_llm_config", "engine_kwargs", "engine"))
     assert ray_compat.sglang_server_state_not_set() == {"_is_paused", "_sleeping_tags"}
+
+
+def test_the_app_replaces_rays_cors_and_error_middleware() -> None:
+    from deployments.ray_compat import openai_fastapi_app, strip_ray_error_and_cors_middleware
+
+    app = openai_fastapi_app()
+    strip_ray_error_and_cors_middleware(app)
+    assert [m.cls.__name__ for m in app.user_middleware] == ["SetRequestIdMiddleware"]

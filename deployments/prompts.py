@@ -1,0 +1,59 @@
+"""A replica's prompts on their way to the engine: text is tokenized in a worker thread, never on
+the replica's event loop, and refused by its size first; token ids pass as they are.
+
+SGLang's tokenizer manager tokenizes a text prompt on the event loop that also answers Serve's
+health checks (`TokenizerManager._tokenize_texts`): a prompt of megabytes stalls the replica for
+seconds to a minute, and Serve restarts it. Handing the engine token ids (`input_ids`) skips that
+step; the tokenization is the one SGLang would do (`tokenizer(texts)["input_ids"]` with a fast
+tokenizer, `tokenizer.encode` otherwise), so outputs do not change. HF tokenizers release the GIL
+while encoding, so the loop keeps running meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from deployments.limits import ModelLimits
+
+__all__ = ["PromptTooLarge", "is_token_ids", "tokenize_off_loop"]
+
+
+class PromptTooLarge(ValueError):
+    """A text prompt that cannot fit the context by its size alone (answered 413)."""
+
+    status_code = 413
+
+
+def is_token_ids(prompt: Any) -> bool:
+    """A list of token ids, or a non-empty list of such lists."""
+    if not isinstance(prompt, list) or not prompt:
+        return False
+    if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return True
+    return all(isinstance(p, list) and p and all(isinstance(t, int) for t in p) for p in prompt)
+
+
+def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    if getattr(tokenizer, "is_fast", False):
+        return [list(ids) for ids in tokenizer(texts)["input_ids"]]
+    return [list(tokenizer.encode(t)) for t in texts]
+
+
+async def tokenize_off_loop(tokenizer: Any, prompt: Any, limits: ModelLimits) -> Any:
+    """`prompt` (text or a list of texts) as token ids, tokenized in a thread; other prompts as
+    given. Raises PromptTooLarge for text that cannot fit the context."""
+    if tokenizer is None:
+        return prompt
+    if isinstance(prompt, str):
+        texts, single = [prompt], True
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        texts, single = list(prompt), False
+    else:
+        return prompt
+    for i, text in enumerate(texts):
+        reason = limits.too_long("prompt" if single else f"prompt[{i}]", len(text.encode("utf-8")))
+        if reason is not None:
+            raise PromptTooLarge(reason)
+    ids = await asyncio.to_thread(_encode, tokenizer, texts)
+    return ids[0] if single else ids

@@ -1,0 +1,41 @@
+"""One real CPU app shared by every HTTP test of this package (starting one takes 1-2 minutes):
+Ray Serve, the OpenAI ingress, 2 CPU replicas of the real patched engine with the tiny trained
+EAGLE-3 pair, the policy actor. Tests that kill or stop parts of an app start their own
+(tests/faults/)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployments.defaults import cpu_demo_config
+from deployments.local import LocalApp, run_local
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "test-control-token"
+MODEL = "specflip-tiny"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="package")
+def app(model_pair: Any) -> Iterator[LocalApp]:
+    # a CPU-sized band: OFF at 4 requests in flight on a replica, back ON at <= 1, quick ticks
+    config = cpu_demo_config(
+        (model_pair.target, model_pair.draft),
+        policy={"high": 4, "low": 1, "dwell_s": 1.0, "tick_s": 0.25},
+        replicas={"tick_s": 0.25},
+        serve={"control_token": TOKEN, "cors_allow_origins": ["https://app.example"]},
+    )
+    with run_local(
+        config, host="127.0.0.1", port=free_port(), num_cpus=4, worker_pythonpath=str(ROOT)
+    ) as local:
+        yield local

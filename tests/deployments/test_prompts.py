@@ -1,0 +1,62 @@
+"""A replica's prompt path (deployments.prompts) with the tiny model's real tokenizer: text is
+tokenized as SGLang would, in a worker thread while the event loop keeps running, and text that
+cannot fit the context is refused before it is tokenized."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from deployments.limits import read_limits
+from deployments.prompts import PromptTooLarge, is_token_ids, tokenize_off_loop
+from tests.conftest import MODELS_DIR
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(f"{MODELS_DIR}/target")
+
+
+def test_text_becomes_the_ids_sglang_would_make_and_ids_pass_as_they_are(tokenizer) -> None:
+    limits = read_limits(f"{MODELS_DIR}/target")
+    one = asyncio.run(tokenize_off_loop(tokenizer, "def add(a, b):", limits))
+    assert one == tokenizer(["def add(a, b):"])["input_ids"][0] and is_token_ids(one)
+    two = asyncio.run(tokenize_off_loop(tokenizer, ["a", "class B:"], limits))
+    assert two == tokenizer(["a", "class B:"])["input_ids"] and is_token_ids(two)
+    assert asyncio.run(tokenize_off_loop(tokenizer, [5, 6], limits)) == [5, 6]
+
+
+def test_the_event_loop_keeps_running_while_a_long_text_is_tokenized(tokenizer) -> None:
+    # no size bound here (a model with a context long enough for it): the work happens in a thread
+    unbounded = read_limits(f"{MODELS_DIR}/target", context_length=10**9)
+    text = "def foo(x):\n    return x + 1\n" * 40_000  # ~1.2 MB, a second or more of tokenizing
+
+    async def run() -> tuple[int, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0.02)
+        start = ticks
+        ids = await tokenize_off_loop(tokenizer, text, unbounded)
+        during = ticks - start
+        task.cancel()
+        return during, len(ids)
+
+    during, n = asyncio.run(run())
+    assert n > 100_000
+    assert during >= 10, f"the loop ran {during} ticks while tokenizing"
+
+
+def test_text_that_cannot_fit_the_context_is_refused_before_tokenizing(tokenizer) -> None:
+    limits = read_limits(f"{MODELS_DIR}/target")
+    with pytest.raises(PromptTooLarge, match=r"prompt\[1\] is 200000 bytes"):
+        asyncio.run(tokenize_off_loop(tokenizer, ["ok", "z" * 200_000], limits))

@@ -1,0 +1,126 @@
+"""Schemathesis against the real app: requests generated from the app's own OpenAPI document for
+every route it serves (/v1 and /specflip), with the served model id filled in and the override
+token supplied. No answer may be a 5xx; every answer must have a documented status, content
+type and body schema; the app must be healthy afterwards. Bounded to a few hundred cases
+(max_tokens clamped so each generation is short on CPU). Schemathesis's own pytest plugin does
+not run under pytest 9 (it sets `Function._nodeid`), so each operation's strategy runs under
+Hypothesis's `@given` directly.
+
+Cases that failed once are kept as explicit examples (`FOUND`), so they run every time."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from deployments.local import LocalApp, wait_until
+from tests.deployments.conftest import MODEL, TOKEN
+
+pytestmark = pytest.mark.serve
+TRIED: Counter[tuple[str, int]] = Counter()
+
+# bodies that once got a 5xx (now 4xx): replayed on every run
+FOUND: list[tuple[str, dict[str, Any]]] = [
+    ("/v1/completions", {"model": MODEL, "prompt": "a", "min_tokens": 2, "stop_token_ids": [99999]}),
+    ("/v1/completions", {"model": MODEL, "prompt": [0], "max_tokens": 1}),
+    (
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": ""}], "response_format": ""},
+    ),
+    (
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "tool", "content": []}], "max_tokens": 1},
+    ),
+]
+
+
+def _bounded(case: Any) -> None:
+    body = case.body
+    if isinstance(body, dict):
+        if "model" in body or case.path.startswith("/v1/"):
+            body["model"] = MODEL
+        for name in ("max_tokens", "max_completion_tokens"):
+            if isinstance(body.get(name), int) and not isinstance(body[name], bool):
+                body[name] = max(-1, min(body[name], 8))
+        if isinstance(body.get("min_tokens"), int) and not isinstance(body["min_tokens"], bool):
+            body["min_tokens"] = min(body["min_tokens"], 8)
+    if case.path == "/specflip/override":
+        case.headers = {**(case.headers or {}), "Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.mark.parametrize(("mode", "examples"), [(GenerationMode.POSITIVE, 24), (GenerationMode.NEGATIVE, 12)])
+def test_generated_requests_get_documented_answers_and_never_a_5xx(
+    app: LocalApp, mode: GenerationMode, examples: int
+) -> None:
+    """Per served operation, `examples` generated cases (valid ones, then schema-violating ones)."""
+    schema = schemathesis.openapi.from_url(f"{app.base}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) == 7, [op.path for op in operations]
+    for operation in operations:
+
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            derandomize=True,  # the same cases every run (CI reproducible)
+            database=None,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(case=operation.as_strategy(generation_mode=mode))
+        def check(case: Any) -> None:
+            _bounded(case)
+            response = case.call(base_url=app.base, timeout=300)
+            TRIED[(f"{case.method} {case.path}", response.status_code)] += 1
+            assert response.status_code < 500, (
+                f"{case.method} {case.path} {case.body!r:.300} -> {response.text[:300]}"
+            )
+            case.validate_response(
+                response,
+                checks=[status_code_conformance, content_type_conformance, response_schema_conformance],
+            )
+
+        try:
+            check()
+        except Unsatisfiable:  # negative mode, an operation without parameters: nothing to violate
+            assert mode is GenerationMode.NEGATIVE, operation.path
+
+
+@pytest.mark.parametrize(("path", "body"), FOUND)
+def test_requests_the_fuzzer_found_stay_client_errors(app: LocalApp, path: str, body: dict[str, Any]) -> None:
+    r = app.client.post(path, body, timeout=300)
+    assert r.status_code < 500, r.text[:300]
+
+
+def test_the_fuzzing_tried_hundreds_of_cases_and_left_the_app_healthy(app: LocalApp) -> None:
+    total = sum(TRIED.values())
+    by_route: Counter[str] = Counter()
+    for (route, _), n in TRIED.items():
+        by_route[route] += n
+    print(f"\nschemathesis: {total} cases; by route {dict(by_route)}; by status {_statuses()}")
+    assert total >= 150, TRIED
+    assert not [k for k in TRIED if k[1] >= 500]
+    # whatever the generated overrides did: back to the policy's own decisions, every replica ON
+    assert app.client.send_override("auto", "*").status_code == 200
+    wait_until(lambda: {r["mode"] for r in app.client.replicas()} == {"on"}, 60, why="replicas back ON")
+    replicas = app.client.replicas()
+    assert len(replicas) == 2 and not any(r["stale"] for r in replicas)
+    ok = app.client.post("/v1/completions", {"model": MODEL, "prompt": "def", "max_tokens": 4}, timeout=300)
+    assert ok.status_code == 200
+
+
+def _statuses() -> dict[int, int]:
+    out: Counter[int] = Counter()
+    for (_, status), n in TRIED.items():
+        out[status] += n
+    return dict(sorted(out.items()))

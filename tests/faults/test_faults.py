@@ -1,0 +1,219 @@
+"""Faults under load, on an app of its own (2 CPU replicas), the way Ray Serve's controller-recovery
+tests do it: concurrent streaming clients run while the policy actor, one replica's process and
+the Serve controller are killed in turn; each test prints sent / succeeded / failed per phase.
+Only requests in flight on a killed replica may fail; the policy forgets a dead replica within
+its TTL; the replacement runs the mode the policy wants. Last, a shutdown drains in-flight streams.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from deployments.defaults import cpu_demo_config
+from deployments.local import LocalApp, run_local, wait_until
+from tests.deployments.conftest import MODEL, TOKEN, free_port
+from tests.faults.load import StreamingLoad
+
+pytestmark = pytest.mark.serve
+ROOT = Path(__file__).resolve().parents[2]
+TTL_S = 10.0
+ACTOR = "specflip-policy"
+
+
+@pytest.fixture(scope="module")
+def app(model_pair: Any) -> Iterator[LocalApp]:
+    config = cpu_demo_config(
+        (model_pair.target, model_pair.draft),
+        policy={"high": 6, "low": 1, "dwell_s": 1.0, "tick_s": 0.25, "stale_after_s": 3.0, "ttl_s": TTL_S},
+        replicas={"tick_s": 0.25},
+        serve={"control_token": TOKEN, "graceful_shutdown_s": 60},
+    )
+    with run_local(
+        config, host="127.0.0.1", port=free_port(), num_cpus=4, worker_pythonpath=str(ROOT)
+    ) as local:
+        yield local
+
+
+def _report(name: str, load: StreamingLoad, marks: list[tuple[str, float]]) -> dict[str, dict[str, int]]:
+    phases = {
+        label: load.phase(start, end) for (label, start), (_, end) in zip(marks, marks[1:], strict=False)
+    }
+    print(f"\n{name}: " + "; ".join(f"{k} {v}" for k, v in phases.items()))
+    return phases
+
+
+def _run(
+    app: LocalApp, fault: Any, recovered: Any, settle_s: float = 4.0
+) -> tuple[StreamingLoad, list[tuple[str, float]]]:
+    with StreamingLoad(app.base, MODEL) as load:
+        marks = [("before", time.monotonic())]
+        time.sleep(settle_s)
+        marks.append(("during", time.monotonic()))
+        fault()
+        recovered()
+        marks.append(("after", time.monotonic()))
+        time.sleep(settle_s)
+        marks.append(("end", time.monotonic()))
+    return load, marks
+
+
+def test_killing_the_policy_actor_under_load_loses_no_request_and_ray_restarts_the_same_actor(
+    app: LocalApp,
+) -> None:
+    import ray
+
+    before = app.client.status()["policy"]
+
+    def kill() -> None:
+        ray.kill(ray.get_actor(ACTOR, namespace="serve"), no_restart=False)
+
+    def recovered() -> None:
+        def back() -> bool:
+            r = app.client.get("/specflip/status")
+            if r.status_code != 200:
+                return False
+            doc = r.json()
+            return doc["policy"]["restarted"] and len([x for x in doc["replicas"] if not x["stale"]]) == 2
+
+        wait_until(back, 60, why="restarted policy actor with both replicas re-registered")
+
+    load, marks = _run(app, kill, recovered)
+    phases = _report("policy actor kill", load, marks)
+    assert all(p["failed"] == 0 and p["sent"] > 0 for p in phases.values()), phases
+    after = app.client.status()["policy"]
+    assert after["restarted"] is True and after["restarts"] == (before["restarts"] or 0) + 1
+    # the ingress kept its handle: a status call after the restart reaches the same (restarted) actor
+    assert app.client.get("/metrics").text.count("specflip_ingress_policy_restarts 1.0") == 1
+
+
+def test_killing_the_serve_controller_under_load_loses_no_request(app: LocalApp) -> None:
+    import ray
+
+    def kill() -> None:
+        ray.kill(ray.get_actor("SERVE_CONTROLLER_ACTOR", namespace="serve"), no_restart=False)
+
+    def recovered() -> None:
+        from ray import serve
+
+        wait_until(
+            lambda: serve.status().applications["specflip"].status == "RUNNING",
+            90,
+            every_s=1,
+            why="controller back",
+        )
+
+    load, marks = _run(app, kill, recovered)
+    phases = _report("serve controller kill", load, marks)
+    assert all(p["failed"] == 0 and p["sent"] > 0 for p in phases.values()), phases
+
+
+def _replica_pids() -> list[int]:
+    """This test's replicas: descendants of this process (other apps may run on the machine)."""
+    pids = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if " ".join(p.cmdline()).startswith("ray::ServeReplica:specflip:SpecFlipServer"):
+                pids.append(p.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+def test_killing_one_replica_fails_only_its_in_flight_requests_and_the_policy_forgets_it(
+    app: LocalApp,
+) -> None:
+    old_ids = {r["replica_id"] for r in app.client.replicas()}
+    pids = _replica_pids()
+    assert len(pids) == 2, pids
+    killed_at: list[float] = []
+
+    def kill() -> None:
+        killed_at.append(time.monotonic())
+        os.kill(pids[0], signal.SIGKILL)
+
+    gone: dict[str, float] = {}
+    stale_sources: set[str] = set()  # what the status says of the dead replica while it is stale
+
+    def recovered() -> None:
+        def replaced() -> bool:
+            replicas = app.client.replicas()
+            stale_sources.update(
+                r["policy_source"] for r in replicas if r["stale"] and r["replica_id"] in old_ids
+            )
+            ids = {r["replica_id"] for r in replicas}
+            for rid in old_ids - ids:
+                gone.setdefault(rid, time.monotonic())
+            new = ids - old_ids
+            return len(gone) == 1 and len(new) == 1 and len(ids) == 2
+
+        wait_until(replaced, 240, every_s=0.5, why="dead replica forgotten and a new one registered")
+
+    load, marks = _run(app, kill, recovered)
+    phases = _report("replica kill", load, marks)
+    assert phases["before"]["failed"] == 0 and phases["after"]["failed"] == 0, phases
+    # a failed request was in flight at the kill; at most the replica's share of the clients
+    failures = load.failures()
+    assert all(f.started <= killed_at[0] <= f.ended for f in failures), failures
+    assert len(failures) <= 4, failures
+    assert all("Traceback" not in f.detail and "OOM" not in f.detail for f in failures), failures
+    # forgotten within the TTL of its last report (it stopped reporting when it was killed)
+    (dead,) = gone
+    # a dead replica is never shown as deciding locally: the actor cannot know, so "unknown"
+    assert stale_sources == {"unknown"}, stale_sources
+    assert gone[dead] - killed_at[0] <= TTL_S + 5, gone[dead] - killed_at[0]
+    # the replacement reports to the actor and runs the mode the policy wants for it
+    (new,) = {r["replica_id"] for r in app.client.replicas()} - old_ids
+
+    def settled() -> bool:
+        mine = next(r for r in app.client.replicas() if r["replica_id"] == new)
+        return mine["mode"] == mine["desired_mode"] and mine["policy_source"] == "actor" and not mine["stale"]
+
+    wait_until(settled, 30, why="new replica in the policy's mode")
+
+
+def test_a_shutdown_lets_in_flight_streams_finish_with_done(app: LocalApp) -> None:
+    from ray import serve
+
+    body = {
+        "model": MODEL,
+        "prompt": "def add(a, b):",
+        "max_tokens": 160,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    events: list[str] = []
+    first = threading.Event()
+
+    def client() -> None:
+        with (
+            httpx.Client(timeout=300) as http,
+            http.stream("POST", f"{app.base}/v1/completions", json=body) as r,
+        ):
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line[6:])
+                    first.set()
+
+    reader = threading.Thread(target=client)
+    reader.start()
+    assert first.wait(120), "no first chunk"
+    serve.delete("specflip", _blocking=True)  # graceful: replicas and the ingress drain first
+    reader.join(300)
+    assert events and events[-1] == "[DONE]", events[-3:]
+    chunks = [json.loads(e) for e in events[:-1]]
+    errors = [c for c in chunks if "error" in c]
+    text_chunks = [c for c in chunks if c.get("choices")]
+    # finished whole, or (past the grace period) told so with an error event before [DONE]
+    assert errors or text_chunks[-1]["choices"][0]["finish_reason"] == "length", chunks[-2:]
