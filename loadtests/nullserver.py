@@ -148,6 +148,7 @@ class NullEngine:
         self.waiting: list[tuple[int, asyncio.Future[None]]] = []  # non-streamed: steps left
         self._wake = asyncio.Event()
         self.chunks = 0
+        self.models_delay_s = 0.0  # how long GET /v1/models takes (a busy server's model listing)
 
     def add(self, stream: _Stream) -> None:
         self.streams.append(stream)
@@ -256,6 +257,8 @@ class _Http(asyncio.Protocol):
 
     async def _handle(self, method: str, path: str, body: bytes) -> None:
         if path in ("/health", "/v1/models") and method == "GET":
+            if path == "/v1/models" and self.engine.models_delay_s:
+                await asyncio.sleep(self.engine.models_delay_s)
             data: list[dict[str, Any]] = [
                 {"id": MODEL, "object": "model", "created": 0, "owned_by": "specflip-null"}
             ]
@@ -320,7 +323,9 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_forever(host: str, port: int, step_ms: float, tokens_per_chunk: int) -> None:
+def serve_forever(
+    host: str, port: int, step_ms: float, tokens_per_chunk: int, models_delay_ms: float = 0.0
+) -> None:
     """One server process (blocks)."""
     try:
         import uvloop
@@ -331,6 +336,7 @@ def serve_forever(host: str, port: int, step_ms: float, tokens_per_chunk: int) -
 
     async def run() -> None:
         engine = NullEngine(step_ms / 1e3, tokens_per_chunk)
+        engine.models_delay_s = models_delay_ms / 1e3
         server = await asyncio.get_running_loop().create_server(
             lambda: _Http(engine), sock=_listen(host, port)
         )
@@ -349,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens each chunk carries")
     p.add_argument(
+        "--models-delay-ms", type=float, default=0.0, help="delay of GET /v1/models (a busy server's)"
+    )
+    p.add_argument(
         "--processes", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="server processes"
     )
     return p
@@ -364,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     procs = [
         ctx.Process(
             target=serve_forever,
-            args=(args.host, args.port, args.step_ms, args.tokens_per_chunk),
+            args=(args.host, args.port, args.step_ms, args.tokens_per_chunk, args.models_delay_ms),
             daemon=True,
         )
         for _ in range(args.processes)

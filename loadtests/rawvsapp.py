@@ -209,6 +209,8 @@ class Bench:
         try:
             for s in specs:
                 url = launcher.start(Variant(s))
+                with SpecflipClient(url, timeout=60) as client:  # one request of the measured kind first
+                    client.probe(_model_id(a.config), api=a.api)
                 app_pid = launcher.proc.pid if launcher.proc is not None else None
                 self.measure(url, name, s, serving_processes("app", app_pid), replicas)
         finally:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gevent import GreenletExit
+from gevent.event import Event
 from locust import task
 from locust.contrib.fasthttp import FastHttpUser
 
@@ -73,16 +74,28 @@ class RunContext:
 
 
 _CONTEXT: RunContext | None = None
+# Set once the context is. A `--processes` worker connects to the master before Locust fires
+# `init`, and the locustfile's init listener may yield (model discovery is an HTTP call under
+# gevent): the master can spawn users on that worker before its context exists.
+_READY = Event()
+CONTEXT_WAIT_S = 120.0
 
 
 def set_context(ctx: RunContext | None) -> None:
     global _CONTEXT
     _CONTEXT = ctx
+    if ctx is None:
+        _READY.clear()
+    else:
+        _READY.set()
 
 
-def current_context() -> RunContext:
+def current_context(wait_s: float = 0.0) -> RunContext:
+    """The run's context; waits up to `wait_s` for the init listener to set it."""
+    if _CONTEXT is None and wait_s > 0:
+        _READY.wait(wait_s)
     if _CONTEXT is None:
-        raise RuntimeError("load test context not initialised (the locustfile sets it at test_start)")
+        raise RuntimeError("load test context not initialised (the locustfile sets it at init)")
     return _CONTEXT
 
 
@@ -97,7 +110,7 @@ class OpenAIStreamUser(FastHttpUser):
     max_retries = 0
 
     def on_start(self) -> None:
-        ctx = current_context()
+        ctx = current_context(wait_s=CONTEXT_WAIT_S)
         guard_fast_session(self.client, ctx.urls)
         rate = ctx.schedule.rate_per_user
         if rate is not None:

@@ -22,7 +22,7 @@ nproc
 [ -f models/shapes8b/target-8b/tokenizer.json ] ||
   python3 -m deployments models shapes --out models/shapes8b --tokenizer-from /tmp/persist/tok
 log "calibration start"
-python3 -m loadtests.calibrate --out "$R/calibration" --clients locust,sglang --processes 1,4,8 \
+[ -f "$R/calibration/calibration.json" ] || python3 -m loadtests.calibrate --out "$R/calibration" --clients locust,sglang --processes 1,4,8 \
   --concurrency 256 --duration 10 --server-processes 4 --tokenizer models/shapes8b/target-8b > "$R/calibration.log" 2>&1
 log "calibration rc=$?"
 E=deployments/examples
@@ -30,7 +30,7 @@ log "rawvsapp start"
 python3 -m loadtests.rawvsapp --config $E/h200-dummy8b-1replica.yaml \
   --app ingress=$E/h200-dummy8b-1replica.yaml --app direct=$E/h200-dummy8b-1replica-direct.yaml \
   --speculation off,on --concurrency 1,32,128,256 --concurrency-on 1,128 --stream yes \
-  --duration 15 --warmup 3 --locust-processes 8 --calibration "$R/calibration/calibration.json" \
+  --duration 10 --warmup 3 --locust-processes 8 --calibration "$R/calibration/calibration.json" \
   --profile-at 128 --out "$R/rawvsapp" > "$R/rawvsapp.log" 2>&1
 log "rawvsapp rc=$?"
 /tmp/site/bin/ray stop --force >/dev/null 2>&1; pkill -f "[r]aylet"; sleep 3

@@ -43,8 +43,20 @@ def write_shapes(root: str | Path, tokenizer_from: str | Path | None = None) -> 
         (d / "config.json").write_text(json.dumps(cfg, indent=1))
         paths.append(str(d))
     if tokenizer_from is not None:
+        if not _has_chat_template(Path(tokenizer_from)):
+            raise ValueError(
+                f"{tokenizer_from}: no chat template (chat_template.jinja or tokenizer_config.json's "
+                "chat_template); the OpenAI chat route needs one"
+            )
         pad_tokenizer(tokenizer_from, paths[0], _VOCAB)
     return paths[0], paths[1]
+
+
+def _has_chat_template(src: Path) -> bool:
+    if (src / "chat_template.jinja").exists():
+        return True
+    config = src / "tokenizer_config.json"
+    return config.exists() and bool(json.loads(config.read_text()).get("chat_template"))
 
 
 def pad_tokenizer(src: str | Path, dst: str | Path, vocab_size: int) -> int:

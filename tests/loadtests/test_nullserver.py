@@ -93,3 +93,26 @@ def test_tokens_per_chunk_packs_several_tokens_into_one_chunk(tmp_path: Path) ->
         assert [c.completion_tokens for c in chunks if c.completion_tokens is not None] == [7]
     finally:
         server.stop()
+
+
+def test_locust_workers_wait_for_their_context_when_model_discovery_is_slow(tmp_path: Path) -> None:
+    """`--processes` workers start users as soon as the master says so; a worker whose init is
+    still discovering the model (a loaded server answers /v1/models slowly) must not fail them."""
+    from loadtests.config import LoadConfig
+    from loadtests.locust_run import run_locust
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "loadtests.nullserver", "--port", str(port), "--processes", "1",
+           "--models-delay-ms", "1500"]  # fmt: skip
+    server = ServerProcess(cmd, tmp_path / "null.log", log=lambda line: None)
+    try:
+        server.wait_ready(f"http://127.0.0.1:{port}/health", 60)
+        cfg = LoadConfig(shape="fixed:users=6,duration=4", output_len=8, input_len=8, model="")
+        run = run_locust(f"http://127.0.0.1:{port}", cfg, tmp_path / "run", processes=3)
+        log = (tmp_path / "run" / "locust.log").read_text()
+        assert "context not initialised" not in log
+        assert run.returncode == 0 and run.records and all(r.ok for r in run.records)
+        # every worker process sent requests (one JSONL file each)
+        assert len(list((tmp_path / "run").glob("requests-*.jsonl"))) == 3
+    finally:
+        server.stop()

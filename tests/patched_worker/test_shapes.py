@@ -40,3 +40,15 @@ def test_padding_refuses_what_is_not_byte_level_bpe(tmp_path):
     (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "WordPiece", "vocab": {}}}))
     with pytest.raises(ValueError, match="byte-level BPE"):
         pad_tokenizer(tmp_path, tmp_path / "out", 10)
+
+
+def test_shapes_refuse_a_tokenizer_without_a_chat_template(model_pair, tmp_path):
+    src = tmp_path / "tok"
+    src.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (src / name).write_bytes((Path(model_pair.target) / name).read_bytes())
+    config = json.loads((src / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (src / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="no chat template"):
+        write_shapes(tmp_path / "out", tokenizer_from=src)
