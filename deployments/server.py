@@ -100,7 +100,12 @@ class SpecFlipServer(SGLangServer):
             timeout_s=r.report_timeout_s,
         )
         self.loop = SpeculationLoop(
-            self.engine, reporter, self.replica_id, tick_s=r.tick_s, probe_timeout_s=r.health_timeout_s
+            self.engine,
+            reporter,
+            self.replica_id,
+            tick_s=r.tick_s,
+            probe_timeout_s=r.health_timeout_s,
+            control_timeout_s=r.control_timeout_s,
         )
         self.loop.start()  # Serve runs a sync constructor on the replica's user event loop
 
