@@ -8,7 +8,8 @@ The OpenAI routes are Ray's (`DEFAULT_ENDPOINTS`); `ENDPOINTS` adds ours through
 - `GET  /metrics`           Prometheus text: the ingress's registry, then the policy actor's
 
 The ingress creates the named policy actor (it owns it: the actor lives as long as the app).
-Chat and completions bodies are checked (`deployments.validation`) before they reach a replica.
+Chat and completions bodies are checked (`deployments.validation`, and `deployments.structured`
+for structured-output fields) before they reach a replica.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from deployments.ray_compat import (
     CompletionRequest,
     OpenAIHTTPException,
 )
+from deployments.structured import check_structured, misplaced_fields
 from deployments.validation import check_chat, check_completion
 from policy.types import UnknownReplicaError
 
@@ -62,9 +64,13 @@ def context_limit(config: SpecFlipConfig) -> int | None:
     """Largest max_tokens worth sending: the configured context length, else the model's own."""
     if config.engine.context_length is not None:
         return config.engine.context_length
+    return _model_config_int(config, "max_position_embeddings")
+
+
+def _model_config_int(config: SpecFlipConfig, key: str) -> int | None:
     try:
         with open(f"{config.model.path}/config.json") as f:
-            value = json.load(f).get("max_position_embeddings")
+            value = json.load(f).get(key)
     except (OSError, ValueError):
         return None  # model not visible from the ingress's node: replicas still answer 400
     return int(value) if isinstance(value, int) and value > 0 else None
@@ -78,6 +84,7 @@ class SpecFlipIngress(OpenAiIngress):
         self._config = config
         self._token = config.serve.resolved_token()
         self._limit = context_limit(config)
+        self._vocab_size = _model_config_int(config, "vocab_size")
         self._metrics = ingress_metrics()
         self._policy: Any = None
         self._policy_actor()
@@ -113,16 +120,23 @@ class SpecFlipIngress(OpenAiIngress):
 
     # -- OpenAI routes: checks, then Ray's handling, timed -------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
-        reason = check_chat(body, self._limit)
+        reason = check_chat(body, self._limit) or await self._check_structured(body, request, chat=True)
         if reason:
             return error_response(400, reason)
         return await self._timed("/v1/chat/completions", body, super().chat(body, request))
 
     async def completions(self, body: CompletionRequest, request: Request) -> Response:
-        reason = check_completion(body, self._limit)
+        reason = check_completion(body, self._limit) or await self._check_structured(
+            body, request, chat=False
+        )
         if reason:
             return error_response(400, reason)
         return await self._timed("/v1/completions", body, super().completions(body, request))
+
+    async def _check_structured(self, body: Any, request: Request, *, chat: bool) -> str | None:
+        # the raw body too: a field the endpoint's request model does not have is dropped silently
+        misplaced = misplaced_fields(await request.body(), chat=chat)
+        return misplaced or check_structured(body, vocab_size=self._vocab_size)
 
     async def _timed(self, endpoint: str, body: Any, respond: Any) -> Response:
         started = time.monotonic()

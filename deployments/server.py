@@ -10,10 +10,14 @@ SSE streaming, tokenize and `/v1/models` are inherited; on top:
   desired mode;
 - a health check that probes the engine (a scheduler round trip with a timeout);
 - SGLang sampling extras (`ignore_eos`, `top_k`, `min_tokens`, ...) passed through when set;
+- structured output (`response_format`, `regex`, `ebnf`, `json_schema`, `logit_bias`,
+  `stop_regex`) passed to SGLang, and tool calls (`tools` with `tool_choice` "required" or a
+  named function) answered as OpenAI `tool_calls` (deployments.structured);
 - `stream_options.include_usage`: a final usage chunk on streams (OpenAI semantics);
 - streams coalesced per `serve.stream_batching_interval_ms` (deployments.coalesce): the first
   chunk at once, then one packet per window;
-- engine input errors (e.g. prompt + max_tokens beyond the context) become 400s, not 500s.
+- engine input errors (e.g. prompt + max_tokens beyond the context, a grammar that does not
+  compile) become 400s, not 500s.
 """
 
 from __future__ import annotations
@@ -28,10 +32,15 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from deployments import structured
 from deployments.coalesce import coalesce
 from deployments.config import SpecFlipConfig
 from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
-from deployments.ray_compat import SGLangServer, init_sglang_server_without_engine
+from deployments.ray_compat import (
+    ChatCompletionResponse,
+    SGLangServer,
+    init_sglang_server_without_engine,
+)
 from deployments.replica_loop import SpeculationLoop
 
 __all__ = ["EngineInputError", "SpecFlipServer", "replica_id"]
@@ -133,6 +142,18 @@ class SpecFlipServer(SGLangServer):
 
     # -- generation: sampling extras, input errors as 400 -------------------------------------
     @staticmethod
+    def _build_chat_template_kwargs(request: Any) -> dict[str, Any]:
+        # Ray 2.60 hands the template the request's pydantic Tool objects, which transformers refuses
+        # (every chat with tools was a 500): give it their JSON-schema dicts, as SGLang's server does
+        kwargs: dict[str, Any] = SGLangServer._build_chat_template_kwargs(request)
+        if getattr(request, "tools", None) is not None:
+            kwargs.pop("tools", None)
+            tools = structured.template_tools(request)
+            if tools:
+                kwargs["tools"] = tools
+        return kwargs
+
+    @staticmethod
     def _build_sampling_params(request: Any) -> dict[str, Any]:
         params: dict[str, Any] = SGLangServer._build_sampling_params(request)
         fields_set: set[str] = getattr(request, "model_fields_set", set())
@@ -143,13 +164,14 @@ class SpecFlipServer(SGLangServer):
             params["sampling_seed"] = request.seed
         if "max_new_tokens" not in params and getattr(request, "max_completion_tokens", None) is not None:
             params["max_new_tokens"] = request.max_completion_tokens  # the newer name of max_tokens (chat)
+        params.update(structured.sampling_params(request))
         return params
 
     async def _generate_raw(self, request: Any, prompt: Any) -> dict[str, Any]:
         try:
             return await super()._generate_raw(request, prompt)
-        except ValueError as err:  # SGLang's own input checks (length, sampling params)
-            raise _bad_request(err) from None
+        except ValueError as err:  # SGLang's own input checks (length, sampling params, grammars)
+            raise _bad_request(err, request) from None
 
     async def _stream_generate(
         self, request: Any, prompt: Any
@@ -160,7 +182,7 @@ class SpecFlipServer(SGLangServer):
         try:
             stream = await self.engine.async_generate(**kwargs)
         except ValueError as err:
-            raise _bad_request(err) from None
+            raise _bad_request(err, request) from None
         previous = ""
         try:
             async for chunk in stream:
@@ -168,16 +190,57 @@ class SpecFlipServer(SGLangServer):
                 if usage is not None:
                     usage.prompt_tokens = int(meta.get("prompt_tokens", usage.prompt_tokens))
                     usage.completion_tokens = int(meta.get("completion_tokens", usage.completion_tokens))
-                delta, previous = text[len(previous) :], text
                 finish = meta.get("finish_reason")
+                refusal = None if previous else _refusal(finish)
+                if refusal is not None:  # e.g. a grammar that does not compile
+                    raise _bad_request(ValueError(refusal), request) from None
+                delta, previous = text[len(previous) :], text
                 yield delta, (self._parse_finish_reason(finish) if finish is not None else None)
         except ValueError as err:  # SGLang validates a streamed request on its first chunk
-            raise _bad_request(err) from None
+            raise _bad_request(err, request) from None
 
     async def chat(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
-        items = self._with_usage(request, super().chat(request, raw_request_info), "chat.completion.chunk")
+        if structured.calls_tools(request):
+            answer = self._tool_calls(request)
+        else:
+            answer = super().chat(request, raw_request_info)
+        items = self._with_usage(request, answer, "chat.completion.chunk")
         async for item in self._coalesced(request, items):
             yield item
+
+    async def _tool_calls(self, request: Any) -> AsyncGenerator[Any, None]:
+        """A chat answer constrained to tool calls, as OpenAI `tool_calls`. Streamed, the calls
+        come whole in one chunk once generated (a partial call is not a call yet)."""
+        messages = self._build_chat_messages(request.messages)
+        prompt = self._render_chat_prompt(messages, template_kwargs=self._build_chat_template_kwargs(request))
+        if not request.stream:
+            meta = self._extract_generation_metadata(await self._generate_raw(request, prompt))
+            message, finish = structured.tool_call_message(
+                meta["text"], meta["finish_reason"], structured.parse_tool_calls(meta["text"])
+            )
+            yield ChatCompletionResponse(
+                id=meta["id"],
+                object="chat.completion",
+                created=meta["created"],
+                model=request.model,
+                choices=[{"index": 0, "message": message, "finish_reason": finish}],
+                usage={k: meta[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+            )
+            return
+        text, finish_reason = "", "stop"
+        async for delta, finish_or_none in self._stream_generate(request, prompt):
+            text, finish_reason = text + delta, finish_or_none or finish_reason
+        message, finish_reason = structured.tool_call_message(
+            text, finish_reason, structured.parse_tool_calls(text)
+        )
+        for i, call in enumerate(message.get("tool_calls") or []):
+            call["index"] = i  # streamed tool calls carry their position
+        gen_id, created = f"sglang-gen-{uuid.uuid4().hex}", int(time.time())
+        for choice in (
+            {"index": 0, "delta": message, "finish_reason": None},
+            {"index": 0, "delta": {}, "finish_reason": finish_reason},
+        ):
+            yield self._build_sse_chunk(gen_id, "chat.completion.chunk", created, request.model, choice)
 
     async def completions(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
         items = self._with_usage(request, super().completions(request, raw_request_info), "text_completion")
@@ -232,5 +295,13 @@ class EngineInputError(ValueError):
     status_code = 400
 
 
-def _bad_request(err: ValueError) -> EngineInputError:
-    return EngineInputError(str(err).splitlines()[0][:500] if str(err) else "invalid request")
+def _refusal(finish: Any) -> str | None:
+    """The message of SGLang's finish_reason for a request it refused (an abort with status 400)."""
+    if isinstance(finish, dict) and finish.get("type") == "abort" and finish.get("status_code") == 400:
+        return str(finish.get("message") or "request refused by the engine")
+    return None
+
+
+def _bad_request(err: ValueError, request: Any) -> EngineInputError:
+    message = str(err).splitlines()[0] if str(err) else "invalid request"
+    return EngineInputError(structured.explain_refusal(request, message)[:500])
