@@ -1,5 +1,6 @@
 """The real app end to end: Ray Serve, the OpenAI ingress, 2 CPU replicas of the real patched engine
-with the tiny trained EAGLE-3 pair, the policy actor. One app for the whole module (start ~1-2 min)."""
+with the tiny trained EAGLE-3 pair, the policy actor. The app is shared with test_serve_structured.py
+(the `app` fixture, conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,14 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from deployments.defaults import cpu_demo_config
-from deployments.local import LocalApp, run_local, wait_until
+from deployments.local import LocalApp, wait_until
 
 pytestmark = pytest.mark.serve
-ROOT = Path(__file__).resolve().parents[2]
-
-TOKEN = "test-control-token"
 MODEL = "specflip-tiny"
 PROMPTS = [
     "def add(a, b):",
@@ -33,29 +28,6 @@ PROMPTS = [
     "if __name__ ==",
     "def parse_args(",
 ]
-
-
-@pytest.fixture(scope="module")
-def app(model_pair: Any) -> Iterator[LocalApp]:
-    # a CPU-sized band: OFF at 4 requests in flight on a replica, back ON at <= 1, quick ticks
-    config = cpu_demo_config(
-        (model_pair.target, model_pair.draft),
-        policy={"high": 4, "low": 1, "dwell_s": 1.0, "tick_s": 0.25},
-        replicas={"tick_s": 0.25},
-        serve={"control_token": TOKEN},
-    )
-    with run_local(
-        config, host="127.0.0.1", port=_free_port(), num_cpus=4, worker_pythonpath=str(ROOT)
-    ) as local:
-        yield local
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _complete(app: LocalApp, prompt: str, max_tokens: int = 24, **extra: Any) -> dict[str, Any]:
