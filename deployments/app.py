@@ -20,12 +20,12 @@ from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.ingress import make_fastapi_ingress
 
-from deployments.config import ConfigError, Device, SpecFlipConfig, load_config
+from deployments.config import ConfigError, DataPath, Device, SpecFlipConfig, load_config
 from deployments.engine import EngineFactory, build_specflip_engine
 from deployments.guard import JsonBodyGuard
 from deployments.ingress import ENDPOINTS, SpecFlipIngress
 from deployments.metrics import RequestCountMiddleware
-from deployments.ray_compat import openai_fastapi_app, to_model_metadata
+from deployments.ray_compat import direct_streaming_app, openai_fastapi_app, to_model_metadata
 from deployments.server import SpecFlipServer
 
 __all__ = ["CPU_ENV", "CONFIG_ENV", "assemble", "build_app", "config_from_args", "llm_config_for"]
@@ -88,11 +88,14 @@ def _ingress_app() -> Any:
 
 
 def assemble(config: SpecFlipConfig, *, engine_factory: EngineFactory = build_specflip_engine) -> Application:
-    """The application graph: SpecFlipIngress -> SpecFlipServer x replicas.count."""
+    """The application graph: SpecFlipIngress -> SpecFlipServer x replicas.count (`serve.data_path:
+    ingress`), or SpecFlipServer x replicas.count as the ingress behind HAProxy (`direct`)."""
     llm_config = llm_config_for(config)
-    server = build_llm_deployment(
-        llm_config, bind_kwargs={"config": config, "engine_factory": engine_factory}
-    )
+    bind_kwargs = {"config": config, "engine_factory": engine_factory}
+    if config.serve.data_path is DataPath.DIRECT:
+        app: Application = direct_streaming_app(llm_config, bind_kwargs)
+        return app
+    server = build_llm_deployment(llm_config, bind_kwargs=bind_kwargs)
     ingress_cls = make_fastapi_ingress(SpecFlipIngress, endpoint_map=ENDPOINTS, app=_ingress_app())
     # one ingress replica: its metrics stay monotonic for Prometheus; it does no heavy work
     ingress: Any = serve.deployment(

@@ -21,6 +21,8 @@ from policy.types import SETTING, PolicyConfig, Rule
 __all__ = [
     "POLICY_SETTINGS",
     "ConfigError",
+    "DIRECT_STREAMING_ENV",
+    "DataPath",
     "Device",
     "EngineSettings",
     "ModelSettings",
@@ -214,6 +216,21 @@ class ReplicaSettings(_Frozen):
         description="Environment variables of every replica process and the SGLang processes it starts "
         "(Ray runtime_env), e.g. SGLANG_SIMULATE_ACC_LEN for benchmarks with random weights.",
     )
+    warm_up: bool = Field(
+        default=True,
+        description="Before a replica takes traffic, run a few requests through every path it will run "
+        "(prefill, speculative decode, OFF decode, the re-enable resync), so kernels compiled on first "
+        "use are ready; a replica is not ready until this finished.",
+    )
+
+
+class DataPath(enum.StrEnum):
+    INGRESS = "ingress"
+    DIRECT = "direct"
+
+
+# what `serve.data_path: direct` needs in the environment of Ray's processes (Serve reads it at start)
+DIRECT_STREAMING_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
 
 
 class ServeSettings(_Frozen):
@@ -236,6 +253,14 @@ class ServeSettings(_Frozen):
         description="Streams: after the first chunk, a replica sends at most one packet per this many "
         "ms with every token generated meanwhile (fewer packets through the Serve path; Ray Serve "
         "LLM's default is 50); 0 sends every chunk alone.",
+    )
+    data_path: DataPath = Field(
+        default=DataPath.INGRESS,
+        description="How requests reach replicas. ingress: Ray Serve LLM's OpenAI ingress deployment "
+        "(specflip's input checks, stream coalescing, ingress metrics) and a Serve handle to the "
+        "replica. direct: Ray Serve's direct streaming (Ray 2.60, experimental): HAProxy asks an "
+        "ingress request router for a replica, then connects the client to that replica's own "
+        "SGLang OpenAI server; specflip's routes are served by every replica.",
     )
     control_token: str | None = Field(
         default=None,

@@ -14,7 +14,6 @@ for structured-output fields) before they reach a replica.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -22,13 +21,12 @@ from collections.abc import AsyncIterator
 from typing import Any, cast, get_args
 
 from fastapi import HTTPException, Request
-from pydantic import ValidationError
 from ray.serve.llm.ingress import OpenAiIngress
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from deployments.config import SpecFlipConfig
-from deployments.control import OVERRIDES, OverrideRequest, check_bearer, status_document
-from deployments.metrics import CONTENT_TYPE, ingress_metrics, observe_stream, usage_tokens
+from deployments.control_routes import ControlRoutes, error_response
+from deployments.metrics import ingress_metrics, observe_stream, usage_tokens
 from deployments.ray_compat import (
     DEFAULT_ENDPOINTS,
     ChatCompletionRequest,
@@ -37,7 +35,6 @@ from deployments.ray_compat import (
 )
 from deployments.structured import check_structured, misplaced_fields
 from deployments.validation import check_chat, check_completion
-from policy.types import UnknownReplicaError
 
 __all__ = ["ENDPOINTS", "SpecFlipIngress", "context_limit", "error_response"]
 
@@ -49,15 +46,6 @@ ENDPOINTS = {
     "specflip_override": lambda app: app.post("/specflip/override"),
     "prometheus_metrics": lambda app: app.get("/metrics"),
 }
-_ACTOR_TIMEOUT_S = 5.0
-
-
-def error_response(
-    status_code: int, message: str, type_: str = "BadRequestError", headers: dict[str, str] | None = None
-) -> JSONResponse:
-    """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
-    body = {"error": {"message": message, "type": type_, "param": None, "code": status_code}}
-    return JSONResponse(body, status_code=status_code, headers=headers)
 
 
 def context_limit(config: SpecFlipConfig) -> int | None:
@@ -86,37 +74,12 @@ class SpecFlipIngress(OpenAiIngress):
         self._limit = context_limit(config)
         self._vocab_size = _model_config_int(config, "vocab_size")
         self._metrics = ingress_metrics()
-        self._policy: Any = None
-        self._policy_actor()
+        self._control = ControlRoutes(config, self._metrics)
         log.info(
             "specflip ingress: policy actor %s, control %s",
             config.policy.actor_name,
             "enabled" if self._token else "disabled (no token)",
         )
-
-    def _policy_actor(self) -> Any:
-        if self._policy is None:
-            from policy.actor import get_or_create_policy_actor
-
-            self._policy = get_or_create_policy_actor(
-                self._config.policy.actor_name, self._config.policy_config()
-            )
-        return self._policy
-
-    async def _ask_policy(self, method: str, *args: Any) -> Any:
-        try:
-            result = await asyncio.wait_for(
-                getattr(self._policy_actor(), method).remote(*args), _ACTOR_TIMEOUT_S
-            )
-        except UnknownReplicaError:
-            self._metrics.policy_reachable.set(1)
-            raise
-        except Exception:
-            self._metrics.policy_reachable.set(0)
-            self._policy = None  # look the actor up (or recreate it) next time
-            raise
-        self._metrics.policy_reachable.set(1)
-        return result
 
     # -- OpenAI routes: checks, then Ray's handling, timed -------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
@@ -167,60 +130,15 @@ class SpecFlipIngress(OpenAiIngress):
                 self._metrics.output_tokens.labels(endpoint).inc(tokens)
         return response
 
-    # -- control, status, metrics --------------------------------------------------------------
+    # -- control, status, metrics (shared with the direct data path: deployments.control_routes) --
     async def specflip_status(self) -> Response:
-        try:
-            fleet = await self._ask_policy("status")
-        except Exception as err:
-            return error_response(
-                503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
-            )
-        return JSONResponse(
-            status_document(
-                fleet,
-                enabled=self._config.policy.enabled,
-                actor_name=self._config.policy.actor_name,
-                expected_replicas=self._config.replicas.count,
-            )
-        )
+        return await self._control.status()
 
     async def specflip_override(self, request: Request) -> Response:
-        problem = check_bearer(request.headers.get("authorization"), self._token)
-        if problem is not None:
-            headers = {"WWW-Authenticate": "Bearer"} if problem.status_code == 401 else None
-            return error_response(problem.status_code, problem.message, "AuthenticationError", headers)
-        try:
-            order = OverrideRequest.model_validate_json(await request.body())
-        except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "body"
-            return error_response(422, f"invalid override body: {where}: {first['msg']}")
-        try:
-            if order.replica_id == "*":
-                fleet = await self._ask_policy("status")
-                targets = [r.replica_id for r in fleet.replicas]
-                if not targets:
-                    return error_response(404, "no replicas registered with the policy yet", "NotFoundError")
-            else:
-                targets = [order.replica_id]
-            for rid in targets:
-                await self._ask_policy("set_override", rid, OVERRIDES[order.mode])
-        except UnknownReplicaError as err:
-            cause = getattr(err, "cause", None) or err  # Ray wraps the actor's exception
-            return error_response(404, str(cause).splitlines()[0], "NotFoundError")
-        except Exception as err:
-            return error_response(
-                503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
-            )
-        log.info("override %s -> %s", targets, order.mode)
-        return JSONResponse({"replica_ids": targets, "mode": order.mode})
+        return await self._control.override(request)
 
     async def prometheus_metrics(self) -> Response:
-        try:
-            policy_text = await self._ask_policy("metrics_text")
-        except Exception:
-            policy_text = ""
-        return Response(self._metrics.text() + policy_text, media_type=CONTENT_TYPE)
+        return await self._control.metrics_text()
 
 
 def _client_error(err: Exception) -> JSONResponse | None:

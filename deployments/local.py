@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployments.client import SpecflipClient
-from deployments.config import SpecFlipConfig
+from deployments.config import DIRECT_STREAMING_ENV, DataPath, SpecFlipConfig
 
 __all__ = ["LocalApp", "run_local", "wait_until"]
 
@@ -74,6 +74,8 @@ def run_local(
     worker_pythonpath: put this first on Ray workers' path (a source checkout that is not installed).
     num_cpus: logical CPUs of a new local Ray instance (default: what the replicas need, plus one).
     """
+    if config.serve.data_path is DataPath.DIRECT:  # Serve reads it at import, here and in its actors
+        os.environ.update(DIRECT_STREAMING_ENV)
     from ray import serve
 
     from deployments.app import assemble

@@ -175,6 +175,10 @@ def usage_tokens(payload: dict[str, Any]) -> int | None:
     return None
 
 
+_CHOICE = ('"choices":[{', '"choices": [{')  # a chunk that carries a choice (tokens or finish)
+_USAGE = ('"usage":{', '"usage": {')  # a usage object (null usage fields do not match)
+
+
 async def observe_stream(
     body: AsyncIterator[str | bytes],
     endpoint: str,
@@ -183,30 +187,33 @@ async def observe_stream(
     keep_usage: bool,
     metrics: IngressMetrics | None = None,
 ) -> AsyncIterator[str]:
-    """Pass an SSE body through, timing it; drop the usage chunk unless the client asked for it."""
+    """Pass an SSE body through, timing it; drop the usage chunk unless the client asked for it.
+
+    Cheap per packet: a packet is timed by a substring search for a choice; only the packet with
+    the usage object (one per stream) is decoded and parsed. Packets pass through as they came.
+    """
     m = metrics or ingress_metrics()
     first: float | None = None
     last = started
     tokens: int | None = None
     async for raw in body:
         packet = raw.decode() if isinstance(raw, bytes) else raw
-        events = _sse_events(packet)
-        if not events:  # not SSE data (never expected): pass it on untouched
-            yield packet
-            continue
-        out: list[str] = []
-        for event in events:
-            payload = None if event.strip() == "[DONE]" else _json(event)
-            if payload is not None and payload.get("choices"):
-                last = time.monotonic()
-                first = first if first is not None else last
-            elif payload is not None and usage_tokens(payload) is not None:
-                tokens = usage_tokens(payload)
-                if not keep_usage:
-                    continue
-            out.append(f"data: {event}\n\n")
-        if out:
-            yield "".join(out)
+        if any(mark in packet for mark in _CHOICE):
+            last = time.monotonic()
+            first = first if first is not None else last
+        if any(mark in packet for mark in _USAGE):
+            kept: list[str] = []
+            for event in _sse_events(packet):
+                payload = None if event.strip() == "[DONE]" else _json(event)
+                if payload is not None and not payload.get("choices") and usage_tokens(payload) is not None:
+                    tokens = usage_tokens(payload)
+                    if not keep_usage:
+                        continue
+                kept.append(f"data: {event}\n\n")
+            packet = "".join(kept)
+            if not packet:
+                continue
+        yield packet
     if first is not None:
         m.ttft.labels(endpoint).observe(first - started)
     if tokens is not None:

@@ -17,6 +17,8 @@ import ray
 
 __all__ = [
     "DEFAULT_ENDPOINTS",
+    "add_models_retrieve_route",
+    "direct_streaming_app",
     "RAY_VERSION",
     "ChatCompletionRequest",
     "ChatCompletionResponse",
@@ -65,6 +67,12 @@ check_ray_version()
 #   would build, so the app can add its own middleware. ray.serve.llm.ingress exports
 #   make_fastapi_ingress but none of these. Go when `build_openai_app` takes extra endpoints and
 #   ASGI middleware.
+# - Direct streaming (Ray 2.60, experimental in Ray): the server deployment becomes the ingress and
+#   serves the engine's own OpenAI ASGI app (SGLangServer.__serve_build_asgi_app__); HAProxy asks an
+#   ingress request router deployment (Ray's LLMRouter, which picks through the server deployment's
+#   request router) for a replica and connects the client to it. Public only as
+#   `build_openai_app` with RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1, which cannot bind a server class's
+#   constructor arguments. Goes when ray.serve.llm has a direct-streaming builder taking bind kwargs.
 from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E402
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -72,9 +80,27 @@ from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E4
     OpenAIHTTPException,
     to_model_metadata,
 )
+from ray.llm._internal.serve.core.ingress.builder import (  # noqa: E402
+    _build_direct_streaming_llm_deployment,
+    _build_openai_ingress_request_router,
+)
 from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS  # noqa: E402
 from ray.llm._internal.serve.core.ingress.ingress import init as openai_fastapi_app  # noqa: E402
+from ray.llm._internal.serve.core.server.llm_server import _add_openai_models_retrieve_route  # noqa: E402
 from ray.llm._internal.serve.engines.sglang import SGLangServer  # noqa: E402
+
+
+def add_models_retrieve_route(app: Any, llm_config: Any) -> None:
+    """`GET /v1/models/{id}` on a direct-streaming replica's app (Ray's own helper for its servers)."""
+    _add_openai_models_retrieve_route(app, llm_config)
+
+
+def direct_streaming_app(llm_config: Any, bind_kwargs: dict[str, Any]) -> Any:
+    """The server deployment as a direct-streaming ingress, with Ray's ingress request router."""
+    server = _build_direct_streaming_llm_deployment(llm_config, bind_kwargs=bind_kwargs)
+    router = _build_openai_ingress_request_router(server=server, llm_config=llm_config)
+    return server._with_ingress_request_router(router)
+
 
 # What SGLangServer.__init__ sets that its methods read. SpecFlipServer does not call that
 # constructor: it builds SGLang's RayEngine (schedulers as Ray actors, one GPU per bundle), while

@@ -6,6 +6,8 @@ the injected `EngineFactory` (default: `SpecFlipEngine`, cpu or cuda) and takes 
 bundle from `LLMConfig.placement_group_config["bundles"]` (no GPU on cpu). Chat, completions,
 SSE streaming, tokenize and `/v1/models` are inherited; on top:
 
+- a warm-up before the replica takes traffic (deployments.warmup; an async constructor, which
+  Serve awaits before it marks the replica ready);
 - the control loop (`SpeculationLoop`): report load to the policy actor every tick, apply the
   desired mode;
 - a health check that probes the engine (a scheduler round trip with a timeout);
@@ -35,13 +37,16 @@ from typing import Any
 from deployments import structured
 from deployments.coalesce import coalesce
 from deployments.config import SpecFlipConfig
+from deployments.control_routes import ControlRoutes
 from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
 from deployments.ray_compat import (
     ChatCompletionResponse,
     SGLangServer,
+    add_models_retrieve_route,
     init_sglang_server_without_engine,
 )
 from deployments.replica_loop import SpeculationLoop
+from deployments.warmup import warm_up
 
 __all__ = ["EngineInputError", "SpecFlipServer", "replica_id"]
 
@@ -82,7 +87,7 @@ class _Usage:
 
 
 class SpecFlipServer(SGLangServer):
-    def __init__(
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
         self,
         llm_config: Any,
         *,
@@ -97,6 +102,9 @@ class SpecFlipServer(SGLangServer):
         started = time.monotonic()
         self.engine: ReplicaEngine = engine_factory(config)
         log.info("replica %s: engine up in %.1f s", self.replica_id, time.monotonic() - started)
+        if config.replicas.warm_up:  # Serve marks the replica ready only once this returns
+            took = await warm_up(self.engine, config.speculation.start_enabled)
+            log.info("replica %s: warm-up (ON, OFF, resync) in %.1f s", self.replica_id, took)
 
         from policy.actor import PolicyClient
 
@@ -116,7 +124,7 @@ class SpecFlipServer(SGLangServer):
             probe_timeout_s=r.health_timeout_s,
             control_timeout_s=r.control_timeout_s,
         )
-        self.loop.start()  # Serve runs a sync constructor on the replica's user event loop
+        self.loop.start()  # the constructor runs on the replica's user event loop
 
     @classmethod
     def get_deployment_options(cls, llm_config: Any) -> dict[str, Any]:
@@ -126,6 +134,17 @@ class SpecFlipServer(SGLangServer):
             opts["placement_group_bundles"] = copy.deepcopy(pg["bundles"])
             opts["placement_group_strategy"] = pg.get("strategy", "STRICT_PACK")
         return opts
+
+    async def __serve_build_asgi_app__(self) -> Any:
+        """`serve.data_path: direct`: the HTTP app this replica serves itself behind Serve's HAProxy:
+        SGLang's own OpenAI routes on this replica's engine (patched_worker.http_app), the models
+        route Ray's ingress would serve, and specflip's /specflip/* and /metrics."""
+        from patched_worker.http_app import native_openai_app
+
+        app = native_openai_app(self.engine)
+        add_models_retrieve_route(app, self._llm_config)
+        ControlRoutes(self.config).add_to(app)
+        return app
 
     async def check_health(self) -> None:
         await self.loop.check_health()

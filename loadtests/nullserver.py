@@ -271,7 +271,8 @@ class _Http(asyncio.Protocol):
             req = json.loads(body or b"{}")
             if not isinstance(req, dict):
                 raise TypeError("not an object")
-            max_tokens = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
+            asked = req.get("max_tokens", req.get("max_completion_tokens"))
+            max_tokens = 16 if asked is None else int(asked)
             if max_tokens < 1:
                 raise ValueError("max_tokens < 1")
         except (ValueError, TypeError):

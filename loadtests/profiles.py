@@ -13,8 +13,10 @@ process used over the same window (psutil) says which one runs out of core first
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -107,7 +109,7 @@ def summarize_raw(text: str, top: int = 12) -> tuple[int, list[tuple[str, int]],
 def record(pids: dict[str, int], seconds: float, out_dir: Path, rate: int = 50) -> list[ProcessProfile]:
     """Sample every process for `seconds` at once; raw stacks go to out_dir/<name>.txt."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    spy = shutil.which("py-spy")
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
     profiles = [ProcessProfile(name, pid) for name, pid in pids.items()]
     procs: dict[str, subprocess.Popen[bytes]] = {}
     cpu0: dict[str, float] = {}

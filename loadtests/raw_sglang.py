@@ -7,8 +7,9 @@ The baseline the app is measured against (`loadtests.rawvsapp`): what a user wou
 instead of specflip. The keyword arguments `deployments.engine.engine_kwargs` builds for a
 replica are turned into `python -m sglang.launch_server` flags through SGLang's own argument
 parser (so a renamed or removed flag fails here, loudly), printed, and SGLang's
-`launch_server` module runs with them in this process. `--speculation off` drops the draft:
-a plain engine, the comparison for a replica whose speculation is OFF. Differences from a
+`launch_server` module runs with them in this process. `--speculation off` drops the draft
+(every `speculative_*` argument, nothing else): a plain engine, the comparison for a replica
+whose speculation is OFF. Differences from a
 replica: SGLang's server warm-up request runs (its default); `replicas.env` of the config
 (e.g. `SGLANG_SIMULATE_ACC_LEN`) is set in this process before SGLang is imported.
 """
@@ -73,11 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         from patched_worker.cpu.shim import enable
 
         enable()
-    if args.speculation == "off":
-        config = config.model_copy(update={"model": config.model.model_copy(update={"draft_path": None})})
     from deployments.engine import engine_kwargs
 
     kw = engine_kwargs(config)
+    if args.speculation == "off":  # the same engine arguments without the draft (attention backend kept)
+        kw = {k: v for k, v in kw.items() if not k.startswith("speculative_")}
     kw.pop("skip_server_warmup", None)  # a user's server warms up: SGLang's default
     kw.update(host=args.host, port=args.port, served_model_name=config.model.id)
     flags = launch_argv(kw) + [a for a in args.extra if a != "--"]

@@ -7,8 +7,9 @@
 
 For each speculation mode: SGLang's `launch_server` with the replica's engine arguments
 (`loadtests.raw_sglang`; plain engine for `off`, EAGLE-3 for `on`) serves every point, then
-the app (`specflip serve`, the config's replicas; speculation set by operator override)
-serves the same points, with the same Locust client. A point is a fixed number of users
+each app variant (`--app NAME=CONFIG`, default the --config itself: `specflip serve`, the
+config's replicas; speculation set by operator override) serves the same points, with the
+same Locust client. A point is a fixed number of users
 sending back to back for `--warmup` + `--duration` seconds; only requests that complete
 inside the measured window count. With `--calibration`, a point whose client took in more
 than `--max-load` of its calibrated ceiling (chunks/s) is marked client-bound and left out of
@@ -47,7 +48,8 @@ CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISAB
 class Point:
     """One measured point of one target."""
 
-    target: str  # raw | app
+    target: str  # raw, or the name of an app variant
+    replicas: int  # engines behind the target (raw: 1)
     speculation: str  # on | off
     stream: bool
     concurrency: int
@@ -122,10 +124,13 @@ class Bench:
     def log(self, line: str) -> None:
         print(line, flush=True)
 
-    def measure(self, url: str, target: str, spec: str, server_pids: dict[str, int]) -> None:
+    def measure(
+        self, url: str, target: str, spec: str, server_pids: dict[str, int], replicas: int = 1
+    ) -> None:
         a = self.args
+        levels = a.app_levels.get(target) or (a.concurrency_on if spec == "on" else a.concurrency)
         for stream in a.streams:
-            for c in a.concurrency:
+            for c in levels:
                 label = f"{target} speculation={spec} {'stream' if stream else 'plain'} c={c}"
                 self.log(f"[rawvsapp] {label} ...")
                 cfg = LoadConfig(
@@ -146,7 +151,7 @@ class Bench:
                 s = summarize(run.records, t0, t0 + a.duration, Slo(None, None))
                 load = s.chunks_s / self.ceiling.chunks_s if (stream and self.ceiling) else None
                 point = Point(
-                    target, spec, stream, c, s.requests, s.errors, s.duration_s, s.output_tok_s, s.req_s, s.chunks_s,
+                    target, replicas, spec, stream, c, s.requests, s.errors, s.duration_s, s.output_tok_s, s.req_s, s.chunks_s,
                     load, s.ttft_p50_ms, s.ttft_p99_ms, s.tpot_p50_ms, s.itl_p99_ms, s.e2e_p50_ms,
                 )  # fmt: skip
                 self.points.append(point)
@@ -179,22 +184,24 @@ class Bench:
         finally:
             server.stop()
 
-    def run_app(self, specs: list[str]) -> None:
+    def run_app(self, name: str, config: Path, specs: list[str]) -> None:
+        from deployments.config import load_config
+
         a = self.args
+        replicas = load_config(str(config)).replicas.count
         token = os.environ.get("SPECFLIP_CONTROL_TOKEN") or "rawvsapp"
         variant_specs = {
-            Variant(s): VariantSpec(Variant(s), str(a.config), s, f"speculation {s} by override")
-            for s in specs
+            Variant(s): VariantSpec(Variant(s), str(config), s, f"speculation {s} by override") for s in specs
         }
         env = {**os.environ, "SPECFLIP_CONTROL_TOKEN": token}
         launcher = CommandLauncher(
             f"{sys.executable} -m deployments serve --config {{config}} --port {{port}}",
-            token=token, specs=variant_specs, ready_timeout=a.ready_timeout, log_dir=self.out, env=env, log=self.log,
+            token=token, specs=variant_specs, ready_timeout=a.ready_timeout, log_dir=self.out / name, env=env, log=self.log,
         )  # fmt: skip
         try:
             for s in specs:
                 url = launcher.start(Variant(s))
-                self.measure(url, "app", s, serving_processes("app"))
+                self.measure(url, name, s, serving_processes("app"), replicas)
         finally:
             launcher.stop()
 
@@ -208,6 +215,10 @@ class Bench:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "results.json").write_text(json.dumps(data, indent=2))
         write_report(self.out / "report.md", data, self.profiles, self.notes, self.args.max_load)
+
+
+def _levels(text: str) -> list[int]:
+    return sorted({int(x) for x in text.split(",") if x.strip()})
 
 
 def _model_id(config: Path) -> str:
@@ -224,8 +235,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", type=Path, required=True, help="specflip config (its engine args serve both)")
     p.add_argument("--speculation", default="off,on", help="comma list of off,on")
-    p.add_argument("--targets", default="raw,app", help="comma list of raw,app")
+    p.add_argument("--no-raw", action="store_true", help="skip SGLang's own server")
+    p.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        metavar="NAME=CONFIG",
+        help="an app variant to measure (repeatable; default: app=--config), e.g. direct=cfg-direct.yaml",
+    )
     p.add_argument("--concurrency", default="1,8,32,64,128,256")
+    p.add_argument("--concurrency-on", help="levels for speculation on (default: --concurrency)")
+    p.add_argument(
+        "--app-concurrency",
+        action="append",
+        default=[],
+        metavar="NAME=LIST",
+        help="levels for one app variant (default: the mode's levels), e.g. two=256",
+    )
+    p.add_argument(
+        "--reuse-raw", type=Path, help="results.json of an earlier run on this host: its raw points"
+    )
     p.add_argument("--stream", choices=["yes", "no", "both"], default="both")
     p.add_argument("--duration", type=float, default=20.0, help="measured seconds per point")
     p.add_argument("--warmup", type=float, default=5.0)
@@ -246,23 +275,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.concurrency = sorted({int(x) for x in args.concurrency.split(",") if x.strip()})
+    args.concurrency = _levels(args.concurrency)
+    args.concurrency_on = _levels(args.concurrency_on) if args.concurrency_on else args.concurrency
+    args.app_levels = {n.strip(): _levels(v) for n, _, v in (x.partition("=") for x in args.app_concurrency)}
     args.streams = {"yes": [True], "no": [False], "both": [True, False]}[args.stream]
     specs = [s for s in args.speculation.split(",") if s]
-    targets = [t for t in args.targets.split(",") if t]
-    if set(specs) - {"on", "off"} or set(targets) - {"raw", "app"}:
-        print("rawvsapp: --speculation takes on,off and --targets raw,app", file=sys.stderr)
+    apps = [(n.strip(), Path(p.strip())) for n, _, p in (a.partition("=") for a in args.app)]
+    if not args.app:
+        apps = [("app", args.config)]
+    if set(specs) - {"on", "off"} or any(not n or n == "raw" or not str(p) for n, p in apps):
+        print(
+            "rawvsapp: --speculation takes on,off; --app takes NAME=CONFIG (NAME not 'raw')", file=sys.stderr
+        )
         return 2
     from deployments.config import Device, load_config
 
     args.cpu = load_config(str(args.config)).engine.device is Device.CPU
     bench = Bench(args)
     started = time.monotonic()
-    if "raw" in targets:
+    if args.reuse_raw:
+        earlier = json.loads(args.reuse_raw.read_text())["points"]
+        bench.points += [Point(**p) for p in earlier if p["target"] == "raw"]
+        bench.notes.append(f"raw points reused from {args.reuse_raw} (same host, earlier in the run)")
+    elif not args.no_raw:
         for s in specs:
             bench.run_raw(s)
-    if "app" in targets:
-        bench.run_app(specs)
+    for name, config in apps:
+        bench.run_app(name, config, specs)
     bench.write()
     print(f"[rawvsapp] done in {time.monotonic() - started:.0f} s: {args.out / 'report.md'}", flush=True)
     return 0

@@ -19,12 +19,12 @@ def _f(x: float | None, fmt: str = "{:,.0f}") -> str:
 
 
 def comparisons(points: list[dict[str, Any]], max_load: float) -> list[dict[str, Any]]:
-    """Raw and app side by side for every (speculation, stream, concurrency) both measured."""
+    """Each app variant beside raw for every (speculation, stream, concurrency) both measured."""
     by_key = {(p["target"], p["speculation"], p["stream"], p["concurrency"]): p for p in points}
     out = []
     for (target, spec, stream, c), app in sorted(by_key.items()):
         raw = by_key.get(("raw", spec, stream, c))
-        if target != "app" or raw is None:
+        if target == "raw" or raw is None:
             continue
         loads = [x["client_load"] for x in (raw, app) if x["client_load"] is not None]
         bound = bool(loads) and max(loads) > max_load
@@ -35,7 +35,7 @@ def comparisons(points: list[dict[str, Any]], max_load: float) -> list[dict[str,
             else None
         )
         out.append(
-            {"speculation": spec, "stream": stream, "concurrency": c, "raw": raw, "app": app,
+            {"target": target, "replicas": app.get("replicas", 1), "speculation": spec, "stream": stream, "concurrency": c, "raw": raw, "app": app,
              "ratio": ratio, "ttft_overhead_ms": ttft, "client_bound": bound, "client_load": max(loads, default=None)}
         )  # fmt: skip
     return out
@@ -73,24 +73,48 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return markdown_table(header, body)
 
 
+SCALE_GOAL = 1.9  # two replicas over one raw server at the highest concurrency
+
+
 def _goals(rows: list[dict[str, Any]]) -> list[str]:
     lines = []
-    for spec in sorted({r["speculation"] for r in rows}):
-        streamed = [r for r in rows if r["speculation"] == spec and r["stream"]]
+    for target, spec in sorted({(r["target"], r["speculation"]) for r in rows}):
+        streamed = [r for r in rows if (r["target"], r["speculation"]) == (target, spec) and r["stream"]]
+        replicas = streamed[0]["replicas"] if streamed else 1
+        if replicas > 1:
+            top = max(streamed, key=lambda r: r["concurrency"])
+            goal = SCALE_GOAL * replicas / 2
+            ok = "met" if (top["ratio"] or 0) >= goal and not top["client_bound"] else "not met"
+            lines.append(
+                f"- {target} ({replicas} replicas), speculation {spec}: >= {goal:g}x one raw server at "
+                f"c={top['concurrency']}: **{ok}** ({_f(top['ratio'], '{:.3f}x')}"
+                f"{', client-bound' if top['client_bound'] else ''})"
+            )
+            continue
         judged = [r for r in streamed if r["concurrency"] >= RATIO_FROM_C and not r["client_bound"]]
         if judged:
             low = [r for r in judged if r["ratio"] is None or r["ratio"] < RATIO_GOAL]
             verdict = "met" if not low else "not met at c = " + ", ".join(str(r["concurrency"]) for r in low)
             worst = min((r["ratio"] or 0.0) for r in judged)
             lines.append(
-                f"- speculation {spec}: app >= {RATIO_GOAL}x raw tok/s at every c >= {RATIO_FROM_C} (streaming): "
+                f"- {target}, speculation {spec}: >= {RATIO_GOAL}x raw tok/s at every c >= {RATIO_FROM_C} (streaming): "
                 f"**{verdict}** (lowest {worst:.3f}x)"
+            )
+        loaded = next(
+            (r["app"] for r in sorted(streamed, key=lambda r: r["concurrency"]) if r["concurrency"] > 1), None
+        )
+        if loaded is not None and loaded["ttft_p50_ms"] and loaded["ttft_p99_ms"] is not None:
+            ratio = loaded["ttft_p99_ms"] / loaded["ttft_p50_ms"]
+            lines.append(
+                f"- {target}, speculation {spec}: no first-token stall after the switch (TTFT p99 <= 2x p50 at "
+                f"the first loaded point, c={loaded['concurrency']}): **{'met' if ratio <= 2 else 'not met'}** "
+                f"(p50 {loaded['ttft_p50_ms']:.0f} ms, p99 {loaded['ttft_p99_ms']:.0f} ms)"
             )
         one = next((r for r in streamed if r["concurrency"] == 1), None)
         if one is not None and one["ttft_overhead_ms"] is not None:
             ok = "met" if one["ttft_overhead_ms"] <= TTFT_GOAL_MS else "not met"
             lines.append(
-                f"- speculation {spec}: TTFT p50 overhead at c=1 <= {TTFT_GOAL_MS:g} ms: **{ok}** "
+                f"- {target}, speculation {spec}: TTFT p50 overhead at c=1 <= {TTFT_GOAL_MS:g} ms: **{ok}** "
                 f"({one['ttft_overhead_ms']:+.1f} ms)"
             )
     bound = [r for r in rows if r["client_bound"]]
@@ -117,8 +141,8 @@ def write_report(
         f"{data['when']}. Config `{s['config']}`; Locust with {s['locust_processes']} process(es), "
         f"{s['api']} API, {s['input_len']} prompt words, {s['output_len']} output tokens (ignore_eos), "
         f"{s['warmup']:g} s warm-up + {s['duration']:g} s measured per point. raw = `sglang.launch_server` with "
-        "the replica's engine arguments (plain engine for speculation off, EAGLE-3 for on); app = `specflip "
-        "serve`, speculation set by operator override.",
+        "the replica's engine arguments (plain engine for speculation off, EAGLE-3 for on); app variants = "
+        "`specflip serve` with their config, speculation set by operator override.",
         "",
         f"Client ceiling: {ceiling:,.0f} chunks/s (calibrated); a point above {max_load:.0%} of it is client-bound."
         if ceiling

@@ -89,7 +89,8 @@ def render_report(res: SweepResults, plots: list[str]) -> str:
         "",
     ]
 
-    rat = ratios(res.rows)
+    max_load = res.settings.get("max_client_load")
+    rat = ratios(res.rows, max_load)
     lines += [
         "## Ratios",
         "",
@@ -112,13 +113,19 @@ def render_report(res: SweepResults, plots: list[str]) -> str:
                     str(r.concurrency),
                     r.best_static,
                     _f(r.best_static_tok_s),
-                    _f(r.dynamic_ratio, 3),
+                    "client-bound" if r.client_bound else _f(r.dynamic_ratio, 3),
                     "-" if r.dynamic_ratio is None else ("yes" if r.dynamic_ratio >= DYNAMIC_GOAL else "NO"),
-                    _f(r.adaptive_ratio, 3),
+                    "client-bound" if r.client_bound else _f(r.adaptive_ratio, 3),
                 ]
                 for r in rat
             ],
         )
+        if any(r.client_bound for r in rat):
+            lines += [
+                "",
+                f"client-bound: the load generator took in more than {max_load:.0%} of its calibrated "
+                "ceiling (`loadtests.calibrate`) at that level; its ratio measures the client and is not reported.",
+            ]
     else:
         lines.append("(needs both `on` and `off` in the sweep)")
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots if p != "transition.png"] + [""]

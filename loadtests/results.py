@@ -57,10 +57,18 @@ class ResultRow:
     mean_accept_length: float | None
     spec_on_fraction: float | None
     chunk_counted: int
+    chunks_s: float = 0.0  # SSE token chunks the load generator took in per second
+    client_load: float | None = None  # chunks_s over the generator's calibrated ceiling (None: uncalibrated)
 
     @classmethod
     def from_summary(
-        cls, variant: str, concurrency: int, s: Summary, accept: float | None, on_fraction: float | None
+        cls,
+        variant: str,
+        concurrency: int,
+        s: Summary,
+        accept: float | None,
+        on_fraction: float | None,
+        ceiling_chunks_s: float | None = None,
     ) -> ResultRow:
         d = {k: v for k, v in asdict(s).items() if k in {f.name for f in fields(cls)}}
         return cls(
@@ -68,6 +76,7 @@ class ResultRow:
             concurrency=concurrency,
             mean_accept_length=accept,
             spec_on_fraction=on_fraction,
+            client_load=s.chunks_s / ceiling_chunks_s if ceiling_chunks_s else None,
             **d,
         )
 
@@ -118,15 +127,22 @@ class RatioRow:
     best_static_tok_s: float
     dynamic_ratio: float | None
     adaptive_ratio: float | None
+    client_bound: bool = False  # a variant's load generator ran above its limit: not reported
 
 
-def ratios(rows: list[ResultRow]) -> list[RatioRow]:
-    """dynamic / max(on, off) and adaptive / max(on, off), where both static modes were measured."""
+def ratios(rows: list[ResultRow], max_client_load: float | None = None) -> list[RatioRow]:
+    """dynamic / max(on, off) and adaptive / max(on, off), where both static modes were measured.
+    A level where any variant's client load exceeded `max_client_load` is marked client-bound."""
     by = {(r.variant, r.concurrency): r for r in rows}
     out = []
     for c in sorted({r.concurrency for r in rows}):
         statics = [by[(v, c)] for v in STATIC if (v, c) in by]
         if len(statics) < 2:
+            continue
+        loads = [r.client_load for r in rows if r.concurrency == c and r.client_load is not None]
+        if max_client_load is not None and loads and max(loads) > max_client_load:
+            best = max(statics, key=lambda r: r.output_tok_s)
+            out.append(RatioRow(c, best.variant, best.output_tok_s, None, None, client_bound=True))
             continue
         best = max(statics, key=lambda r: r.output_tok_s)
 

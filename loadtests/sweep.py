@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from deployments.client import ControlError, SpecflipClient
+from loadtests.calibrate import load_ceiling
 from loadtests.config import LoadConfig
 from loadtests.control import StatusPoller, mean_accept_length, on_fraction
 from loadtests.launcher import (
@@ -107,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="Locust worker processes (raise it when one core cannot keep up at high concurrency)",
     )
+    run.add_argument(
+        "--calibration",
+        type=Path,
+        help="calibration.json of `python -m loadtests.calibrate` on this host: a level where Locust ran "
+        "above --max-client-load of its ceiling is reported as client-bound, not as a ratio",
+    )
+    run.add_argument("--max-client-load", type=float, default=0.7)
     run.add_argument("--out", type=Path, default=Path("out/bench"))
     run.add_argument("--title", default="concurrency sweep")
     load = p.add_argument_group("requests")
@@ -205,6 +213,8 @@ def run_sweep(args: argparse.Namespace, launcher: AppLauncher, target_label: str
             "temperature": args.temperature,
             "slo_text": slo.describe(),
             "transition": args.transition,
+            "max_client_load": args.max_client_load,
+            "client_ceiling_chunks_s": getattr(args, "ceiling_chunks_s", None),
             "started": dt.datetime.now().isoformat(timespec="seconds"),
         }
     )
@@ -256,7 +266,14 @@ def _run_variant(
         summary = summarize(run.records, w0, w1, slo)
         window = [s for s in poller.samples if w0 <= s.t < w1]
         res.rows.append(
-            ResultRow.from_summary(variant.value, c, summary, mean_accept_length(window), on_fraction(window))
+            ResultRow.from_summary(
+                variant.value,
+                c,
+                summary,
+                mean_accept_length(window),
+                on_fraction(window),
+                getattr(args, "ceiling_chunks_s", None),
+            )
         )
         print(
             f"[sweep] variant={variant.value} c={c} done: ok={summary.ok} err={summary.errors} "
@@ -326,6 +343,17 @@ def main(argv: list[str] | None = None) -> int:
     except (LauncherError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    args.ceiling_chunks_s = None
+    if args.calibration is not None:
+        ceiling = load_ceiling(args.calibration, "locust", args.locust_processes)
+        if ceiling is None:
+            print(
+                f"error: {args.calibration} has no ceiling for Locust with {args.locust_processes} process(es): "
+                "calibrate with that many (python -m loadtests.calibrate --processes N)",
+                file=sys.stderr,
+            )
+            return 2
+        args.ceiling_chunks_s = ceiling.chunks_s
     switched = [v.value for v in variants if specs[v].override is not None]
     if switched and not args.token:
         print(

@@ -104,12 +104,12 @@ class SpecFlipEngine(Engine):
         self._specflip_rpc("set_strategy", "specflip_configure", timeout_s, strategy=strategy.value)
 
     def schedule_flips(self, steps: list[int], *, timeout_s: float | None = None) -> None:
-        """Toggle speculation at these decode steps from now (1 = next step); replaces earlier ones."""
-        if not steps or min(steps) < 1:
+        """Toggle speculation at these decode steps from now (1 = next step); replaces earlier ones
+        (an empty list cancels the flips still pending)."""
+        if steps and min(steps) < 1:
             raise ValueError("schedule_flips needs step offsets >= 1")
-        self._specflip_rpc(
-            "schedule_flips", "specflip_configure", timeout_s, flip_at=",".join(str(int(s)) for s in steps)
-        )
+        flip_at = ",".join(str(int(s)) for s in steps) or "none"
+        self._specflip_rpc("schedule_flips", "specflip_configure", timeout_s, flip_at=flip_at)
 
     def get_speculation_state(self, *, timeout_s: float | None = None) -> SpeculationState:
         return SpeculationState.from_json(

@@ -103,7 +103,7 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
         if strategy:
             sw.set_strategy(Strategy(strategy))
         if flip_at:
-            sw.schedule_flips([int(k) for k in flip_at.split(",")])
+            sw.schedule_flips([] if flip_at == "none" else [int(k) for k in flip_at.split(",")])
         return {"strategy": sw.config.strategy.value}
 
     def specflip_state(self) -> dict:

@@ -101,6 +101,21 @@ def test_ratios_against_the_best_static_mode() -> None:
     assert ratios([r for r in ROWS if r.variant != "off"]) == []  # needs both static modes
 
 
+def test_a_level_whose_client_ran_above_its_calibrated_limit_is_not_reported(tmp_path: Path) -> None:
+    rows = [replace(r, client_load=0.9 if r.concurrency == 8 else 0.3) for r in ROWS]
+    got = {r.concurrency: r for r in ratios(rows, max_client_load=0.7)}
+    assert not got[1].client_bound and got[1].dynamic_ratio == pytest.approx(0.99)
+    assert got[8].client_bound and got[8].dynamic_ratio is None and got[8].adaptive_ratio is None
+    res = results()
+    res.rows[:] = rows
+    res.settings["max_client_load"] = 0.7
+    write_outputs(res, tmp_path, plots=False)
+    report = (tmp_path / "report.md").read_text()
+    assert "| 8 | off | 200.0 | client-bound |" in report
+    assert "more than 70% of its calibrated ceiling" in report
+    assert ratios(rows) == ratios(ROWS)  # without a limit nothing is held back
+
+
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
     out = tmp_path_factory.mktemp("report")

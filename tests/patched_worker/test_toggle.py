@@ -45,6 +45,7 @@ def reference(engines, prompts):
 
 
 def _reset(engine, strategy: Strategy):
+    engine.schedule_flips([])  # a flip left over from an earlier schedule must not fire here
     engine.set_strategy(strategy)
     engine.set_speculation(True)
     engine.generate(input_ids=[[1, 2, 3]], sampling_params=greedy(2))  # applies the pending mode
