@@ -1,6 +1,7 @@
-"""ASGI middleware in front of the OpenAI POST routes: the raw body must be a JSON object with
-JSON-typed numbers (`validation.check_json_body`), and not larger than a limit. Anything else
-gets a 400 (413) with the reason before FastAPI and the request models see it."""
+"""ASGI middleware in front of the OpenAI POST routes: the raw body must pass a check (by default
+`validation.check_json_body`: a JSON object with JSON-typed numbers) and not be larger than a
+limit. Anything else gets a 400 (413) with the reason before FastAPI and the request models see
+it. The direct data path's replicas pass their own check (deployments.direct)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from starlette.responses import JSONResponse
 
 from deployments.validation import check_json_body
 
-__all__ = ["MAX_BODY_BYTES", "JsonBodyGuard"]
+__all__ = ["MAX_BODY_BYTES", "BodyCheck", "JsonBodyGuard"]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _GUARDED = ("/v1/chat/completions", "/v1/completions")
@@ -20,6 +21,11 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+BodyCheck = Callable[[str, bytes], str | None]  # (path, raw body) -> why it is refused, or None
+
+
+def _json_body(path: str, body: bytes) -> str | None:
+    return check_json_body(body)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -30,8 +36,10 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 class JsonBodyGuard:
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
-        self.app = app
+    def __init__(
+        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], check: BodyCheck = _json_body
+    ) -> None:
+        self.app, self.check = app, check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -56,7 +64,7 @@ class JsonBodyGuard:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        reason = check_json_body(body)
+        reason = self.check(scope["path"], body)
         if reason is not None:
             await _error(400, reason)(scope, receive, send)
             return

@@ -36,7 +36,7 @@ from deployments.ray_compat import (
 from deployments.structured import check_structured, misplaced_fields
 from deployments.validation import check_chat, check_completion
 
-__all__ = ["ENDPOINTS", "SpecFlipIngress", "context_limit", "error_response"]
+__all__ = ["ENDPOINTS", "SpecFlipIngress", "context_limit", "error_response", "model_config_int"]
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +52,11 @@ def context_limit(config: SpecFlipConfig) -> int | None:
     """Largest max_tokens worth sending: the configured context length, else the model's own."""
     if config.engine.context_length is not None:
         return config.engine.context_length
-    return _model_config_int(config, "max_position_embeddings")
+    return model_config_int(config, "max_position_embeddings")
 
 
-def _model_config_int(config: SpecFlipConfig, key: str) -> int | None:
+def model_config_int(config: SpecFlipConfig, key: str) -> int | None:
+    """A positive integer of the model's config.json (e.g. vocab_size), None if absent or unreadable."""
     try:
         with open(f"{config.model.path}/config.json") as f:
             value = json.load(f).get(key)
@@ -72,7 +73,7 @@ class SpecFlipIngress(OpenAiIngress):
         self._config = config
         self._token = config.serve.resolved_token()
         self._limit = context_limit(config)
-        self._vocab_size = _model_config_int(config, "vocab_size")
+        self._vocab_size = model_config_int(config, "vocab_size")
         self._metrics = ingress_metrics()
         self._control = ControlRoutes(config, self._metrics)
         log.info(

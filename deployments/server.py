@@ -37,12 +37,10 @@ from typing import Any
 from deployments import structured
 from deployments.coalesce import coalesce
 from deployments.config import SpecFlipConfig
-from deployments.control_routes import ControlRoutes
 from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
 from deployments.ray_compat import (
     ChatCompletionResponse,
     SGLangServer,
-    add_models_retrieve_route,
     init_sglang_server_without_engine,
 )
 from deployments.replica_loop import SpeculationLoop
@@ -136,15 +134,11 @@ class SpecFlipServer(SGLangServer):
         return opts
 
     async def __serve_build_asgi_app__(self) -> Any:
-        """`serve.data_path: direct`: the HTTP app this replica serves itself behind Serve's HAProxy:
-        SGLang's own OpenAI routes on this replica's engine (patched_worker.http_app), the models
-        route Ray's ingress would serve, and specflip's /specflip/* and /metrics."""
-        from patched_worker.http_app import native_openai_app
+        """`serve.data_path: direct`: the HTTP app this replica serves itself behind Serve's HAProxy
+        (deployments.direct: SGLang's own OpenAI routes on this engine, specflip's routes)."""
+        from deployments.direct import replica_app
 
-        app = native_openai_app(self.engine)
-        add_models_retrieve_route(app, self._llm_config)
-        ControlRoutes(self.config).add_to(app)
-        return app
+        return replica_app(self.engine, self._llm_config, self.config)
 
     async def check_health(self) -> None:
         await self.loop.check_health()

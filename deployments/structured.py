@@ -18,6 +18,7 @@ Pure: plain data in and out, no SGLang import (request objects are read by attri
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import re
@@ -25,7 +26,10 @@ import uuid
 from typing import Any
 
 __all__ = [
+    "STRUCTURED_FIELDS",
+    "ToolCalls",
     "calls_tools",
+    "carries_structured_fields",
     "check_structured",
     "explain_refusal",
     "misplaced_fields",
@@ -46,6 +50,31 @@ _CHAT_ONLY = {
     "parallel_tool_calls": "tool calls need /v1/chat/completions",
 }
 LOGIT_BIAS_LIMIT = 100.0  # OpenAI: values between -100 and 100
+# every request field this module reads (a body without any of them needs no check here)
+STRUCTURED_FIELDS = (
+    "response_format",
+    "regex",
+    "ebnf",
+    "json_schema",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "logit_bias",
+    "stop_regex",
+)
+
+
+class ToolCalls(enum.Enum):
+    """Who turns a tool-call answer into OpenAI `tool_calls`."""
+
+    JSON_ARRAY = "json_array"  # the replica (data path ingress): required / named only, no "auto"
+    SGLANG_PARSER = "sglang_parser"  # SGLang's own server with a tool_call_parser (direct): all of it
+    NONE = "none"  # SGLang's own server without a parser (direct): the call would come back as text
+
+
+def carries_structured_fields(raw: bytes) -> bool:
+    """Cheap pre-filter on a raw body: does any structured-output field name appear in it?"""
+    return any(f'"{name}"'.encode() in raw for name in STRUCTURED_FIELDS)
 
 
 def misplaced_fields(raw: bytes, *, chat: bool) -> str | None:
@@ -102,7 +131,9 @@ def _constraints(request: Any) -> list[str]:
     return found
 
 
-def check_structured(request: Any, *, vocab_size: int | None = None) -> str | None:
+def check_structured(
+    request: Any, *, vocab_size: int | None = None, tool_calls: ToolCalls = ToolCalls.JSON_ARRAY
+) -> str | None:
     """Reason the request's structured-output fields cannot be honoured (a 400), or None."""
     constraints = _constraints(request)
     if len(constraints) > 1:
@@ -122,7 +153,7 @@ def check_structured(request: Any, *, vocab_size: int | None = None) -> str | No
         spec = getattr(request.response_format, "json_schema", None)
         if spec is None or getattr(spec, "schema_", None) is None:
             return "response_format.json_schema.schema is required for type json_schema"
-    reason = _check_tools(request)
+    reason = _check_tools(request, tool_calls)
     if reason:
         return reason
     reason = _check_logit_bias(getattr(request, "logit_bias", None), vocab_size)
@@ -138,9 +169,17 @@ def _is_json_object(text: str) -> bool:
         return False
 
 
-def _check_tools(request: Any) -> str | None:
+def _check_tools(request: Any, tool_calls: ToolCalls) -> str | None:
     tools = getattr(request, "tools", None) or []
     choice = getattr(request, "tool_choice", None)
+    if tool_calls is ToolCalls.SGLANG_PARSER:
+        return None  # SGLang's server checks and parses tool calls itself
+    if tool_calls is ToolCalls.NONE and _tools_active(request):
+        return (
+            "tools: SGLang's server answers tool calls as plain text without a tool-call parser: set "
+            "engine.extra.tool_call_parser for the model (direct data path), use serve.data_path "
+            "ingress, or send tool_choice 'none'"
+        )
     named = _tool_choice_name(choice)
     if (choice == "required" or named is not None) and not tools:
         return "tool_choice requires tools: send the functions in tools"
