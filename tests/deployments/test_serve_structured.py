@@ -258,9 +258,9 @@ def _comparable(answer: dict[str, Any]) -> dict[str, Any]:
     return {**answer, "tool_calls": calls}
 
 
-def _run_all(app: LocalApp) -> dict[str, dict[str, Any]]:
-    with concurrent.futures.ThreadPoolExecutor(len(CASES)) as pool:
-        return dict(zip(CASES, pool.map(lambda label: _answer(app, label), CASES), strict=True))
+def _run_all(app: LocalApp, labels: list[str]) -> dict[str, dict[str, Any]]:
+    with concurrent.futures.ThreadPoolExecutor(len(labels)) as pool:
+        return dict(zip(labels, pool.map(lambda label: _answer(app, label), labels), strict=True))
 
 
 def _force(app: LocalApp, mode: str) -> None:
@@ -287,20 +287,26 @@ def _check(answers: dict[str, dict[str, Any]], biased: str, when: str) -> None:
 def test_structured_output_obeys_its_field_and_is_the_same_with_speculation_off_on_and_toggled(
     app: LocalApp,
 ) -> None:
-    biased = _biased_text(app).strip()
+    check_off_on_toggled(app, list(CASES), _biased_text(app).strip())
+
+
+def check_off_on_toggled(app: LocalApp, labels: list[str], biased: str) -> None:
+    """The cases' outputs obey their constraint and are the same forced OFF (the plain reference),
+    forced ON, and while every replica flips; the engines report the flips (shared with the direct
+    data path's test). `biased`: the text of BIASED_TOKEN."""
     try:
         _force(app, "off")  # the plain reference: target-only decode
-        plain = _run_all(app)
+        plain = _run_all(app, labels)
         _check(plain, biased, "off")
         # an ignored field would be caught: without it, the same request gives output that fails the check
-        for label in CASES:
+        for label in labels:
             free = _answer(app, label, constrained=False)
             assert not CASES[label][3]({**free, "biased": biased}), (
                 f"{label}: unconstrained output passes too"
             )
 
         _force(app, "on")
-        on = _run_all(app)
+        on = _run_all(app, labels)
         _check(on, biased, "on")
         assert {k: _comparable(v) for k, v in on.items()} == {k: _comparable(v) for k, v in plain.items()}
 
@@ -317,7 +323,7 @@ def test_structured_output_obeys_its_field_and_is_the_same_with_speculation_off_
         toggler = threading.Thread(target=toggle, daemon=True)
         toggler.start()
         try:
-            rounds = [_run_all(app) for _ in range(2)]
+            rounds = [_run_all(app, labels) for _ in range(2)]
         finally:
             stop.set()
             toggler.join(timeout=10)
@@ -327,9 +333,12 @@ def test_structured_output_obeys_its_field_and_is_the_same_with_speculation_off_
             assert {k: _comparable(v) for k, v in answers.items()} == {
                 k: _comparable(v) for k, v in plain.items()
             }
-        # the engines did flip while serving them, and ran decode steps in both modes (reported state)
+        # the engines did flip while serving them, ran decode steps in both modes and resynced the
+        # draft at each re-enable, timed (the engine state each replica reports)
         for rid, e in after.items():
             assert e["toggles"] >= before[rid]["toggles"] + 2, (rid, before[rid], e)
+            assert e["resyncs"] > before[rid]["resyncs"], (rid, before[rid], e)
+            assert e["resync_ms_total"] > before[rid]["resync_ms_total"], (rid, before[rid], e)
             for mode in ("on", "off"):
                 assert e["decode_steps"][mode] > before[rid]["decode_steps"][mode], (rid, mode)
     finally:
