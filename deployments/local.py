@@ -74,8 +74,10 @@ def run_local(
     worker_pythonpath: put this first on Ray workers' path (a source checkout that is not installed).
     num_cpus: logical CPUs of a new local Ray instance (default: what the replicas need, plus one).
     """
-    if config.serve.data_path is DataPath.DIRECT:  # Serve reads it at import, here and in its actors
+    haproxy_dir = None
+    if config.serve.data_path is DataPath.DIRECT:  # Serve reads these at import, here and in its actors
         os.environ.update(DIRECT_STREAMING_ENV)
+        haproxy_dir = _haproxy_env()
     from ray import serve
 
     from deployments.app import assemble
@@ -120,6 +122,45 @@ def run_local(
             local.client.close()
     finally:
         _shutdown()
+        if haproxy_dir is not None:
+            _stop_haproxy(haproxy_dir)
+
+
+def _haproxy_env() -> str:
+    """Serve's HAProxy for this app: its files in a folder of this process, its stats and metrics
+    ports free ones (Ray's defaults are fixed paths and ports 8404/9101, which a second app on the
+    host, or an HAProxy orphaned by a killed one, would already hold). Set where not already set."""
+    import socket
+
+    base = f"/tmp/haproxy-serve-{os.getpid()}"
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    for key, value in {
+        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": f"{base}/haproxy.cfg",
+        "RAY_SERVE_HAPROXY_SOCKET_PATH": f"{base}/admin.sock",
+        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": base,
+        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": f"{base}/server-state",
+        "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": f"{base}/metrics.sock",
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(ports[0]),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(ports[1]),
+    }.items():
+        os.environ.setdefault(key, value)
+    return os.path.dirname(os.environ["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"])
+
+
+def _stop_haproxy(folder: str) -> None:
+    """HAProxy runs as a child of Serve's proxy actor; when Ray goes down hard it is left behind."""
+    import psutil
+
+    for proc in psutil.process_iter():
+        try:
+            if proc.name() == "haproxy" and any(folder in arg for arg in proc.cmdline()):
+                proc.kill()
+        except psutil.Error:
+            continue
 
 
 def _shutdown(serve_timeout_s: float = 30.0) -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Protocol
 
 import httpx
+import psutil
 
 from deployments.client import ControlError, SpecflipClient
 
@@ -294,7 +295,15 @@ class CommandLauncher:
         if proc is None:
             return
         self.log(f"[launch] stopping process group {proc.pid}")
-        for sig, wait in ((signal.SIGTERM, self.stop_grace), (signal.SIGKILL, 10.0)):
+        # the app's driver first (the command, and its process when a shell runs it): it shuts Serve
+        # down in order (Serve's HAProxy included); a group-wide signal would hit Ray's workers first
+        with contextlib.suppress(psutil.Error):
+            for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children()]:
+                with contextlib.suppress(psutil.Error):
+                    p.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(self.stop_grace)
+        for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, sig)
             deadline = time.time() + wait

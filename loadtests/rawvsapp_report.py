@@ -153,16 +153,19 @@ def write_report(
         "",
         *(_goals(rows) or ["- no point measured on both targets yet"]),
     ]
-    for spec in sorted({r["speculation"] for r in rows}):
-        for stream in (True, False):
-            part = [r for r in rows if r["speculation"] == spec and r["stream"] == stream]
-            if part:
-                lines += [
-                    "",
-                    f"## Speculation {spec}, {'streaming' if stream else 'not streamed'}",
-                    "",
-                    _table(part),
+    for target in sorted({r["target"] for r in rows}):
+        for spec in sorted({r["speculation"] for r in rows}):
+            for stream in (True, False):
+                part = [
+                    r for r in rows if (r["target"], r["speculation"], r["stream"]) == (target, spec, stream)
                 ]
+                if part:
+                    lines += [
+                        "",
+                        f"## {target} vs raw, speculation {spec}, {'streaming' if stream else 'not streamed'}",
+                        "",
+                        _table(part),
+                    ]
     if profiles:
         lines += ["", "## Profiles", "", *profiles]
     path.write_text("\n".join(lines) + "\n")

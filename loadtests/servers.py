@@ -60,8 +60,11 @@ class ServerProcess:
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
-    def wait_ready(self, url: str, timeout_s: float, progress_every_s: float = 15.0) -> float:
-        """Poll `url` until it answers 200; seconds it took. ServerError if the process exits first."""
+    def wait_ready(
+        self, url: str, timeout_s: float, progress_every_s: float = 15.0, fatal: tuple[str, ...] = ()
+    ) -> float:
+        """Poll `url` until it answers 200; seconds it took. ServerError if the process exits first,
+        or its log shows one of the `fatal` lines (a server that failed but lives on)."""
         t0 = time.monotonic()
         next_note = t0 + progress_every_s
         while True:
@@ -70,6 +73,9 @@ class ServerProcess:
                     f"{self.cmd[0]} exited with code {self.proc.returncode} before {url} answered; "
                     f"last lines of {self.log_path}:\n{self.tail()}"
                 )
+            if fatal and any(line in self.tail(5) for line in fatal):
+                self.stop()
+                raise ServerError(f"{self.cmd[0]} failed before {url} answered:\n{self.tail()}")
             with contextlib.suppress(requests.RequestException):
                 if requests.get(url, timeout=5, allow_redirects=False).status_code == 200:
                     return time.monotonic() - t0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The serving-speed GPU run of docs/benchmarks.md ("Serving at engine speed"), detached on the
-# 2-GPU host. Before it, on the host: the wheel bundle staged and installed (../shared/gpu/README.md,
+# H200 host (one GPU: steps 1-2; two GPUs: also step 3). Before it, on the host: the wheel bundle staged and installed (../shared/gpu/README.md,
 # device scripts copied into .gpu-bundle/device), the tiny pair's tokenizer files in /tmp/persist/tok.
 # Start from the repo root:
 #   setsid nohup bash docs/gpu/serving_chain.sh "$PWD" > /tmp/persist/chain.log 2>&1 < /dev/null &
@@ -8,7 +8,7 @@
 #  1. client calibration against the null server (Locust 1/4/8 processes, SGLang's client);
 #  2. SGLang's own server vs the app on one H200, speculation off and on, both data paths, with
 #     py-spy profiles of every serving process at c=128;
-#  3. two replicas on both H200s (the faster data path of step 2) at c=256, against step 2's raw server.
+#  3. (2-GPU hosts only) two replicas on both H200s (the faster data path of step 2) at c=256, against step 2's raw server.
 set -u
 cd "$1"
 export PYTHONPATH=$PWD SPECFLIP_CONTROL_TOKEN=gpu-serving
@@ -30,10 +30,12 @@ log "rawvsapp start"
 python3 -m loadtests.rawvsapp --config $E/h200-dummy8b-1replica.yaml \
   --app ingress=$E/h200-dummy8b-1replica.yaml --app direct=$E/h200-dummy8b-1replica-direct.yaml \
   --speculation off,on --concurrency 1,32,128,256 --concurrency-on 1,128 --stream yes \
-  --duration 20 --warmup 4 --locust-processes 8 --calibration "$R/calibration/calibration.json" \
+  --duration 15 --warmup 3 --locust-processes 8 --calibration "$R/calibration/calibration.json" \
   --profile-at 128 --out "$R/rawvsapp" > "$R/rawvsapp.log" 2>&1
 log "rawvsapp rc=$?"
 /tmp/site/bin/ray stop --force >/dev/null 2>&1; pkill -f "[r]aylet"; sleep 3
+gpus=$(nvidia-smi -L | wc -l)
+if [ "$gpus" -lt 2 ]; then log "two replicas skipped: $gpus GPU on this host"; log "all done"; exit 0; fi
 best=$(python3 - "$R/rawvsapp/results.json" <<'PY'
 import json, sys
 pts = json.load(open(sys.argv[1]))["points"]
