@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,19 +66,10 @@ def direct_app(model_pair: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
     path = folder / "direct.yaml"
     path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
     port = _free_port()
-    # Serve's HAProxy files and ports, of this app only (Ray's defaults are fixed paths and ports);
-    # a short folder: Serve adds a 56-character one, and HAProxy takes socket paths of 97 at most
-    haproxy = Path(tempfile.mkdtemp(prefix="hap", dir="/tmp"))
+    # run_local gives Serve's HAProxy a folder and ports of that process (Ray's defaults are fixed)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": f"{haproxy}/haproxy.cfg",
-        "RAY_SERVE_HAPROXY_SOCKET_PATH": f"{haproxy}/admin.sock",
-        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(haproxy),
-        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": f"{haproxy}/server-state",
-        "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": f"{haproxy}/metrics.sock",
-        "RAY_SERVE_HAPROXY_STATS_PORT": str(_free_port()),
-        "RAY_SERVE_HAPROXY_METRICS_PORT": str(_free_port()),
     }
     log = open(folder / "serve.log", "w")  # noqa: SIM115 - closed at teardown
     cmd = [sys.executable, "-m", "deployments", "serve", "--config", str(path), "--host", "127.0.0.1"]
@@ -102,28 +91,18 @@ def direct_app(model_pair: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield app
     finally:
         app.client.close()
-        _stop(proc, str(haproxy))
+        _stop(proc)
         log.close()
-        shutil.rmtree(haproxy, ignore_errors=True)
 
 
-def _stop(proc: subprocess.Popen[bytes], haproxy_folder: str) -> None:
-    """SIGTERM (the CLI shuts Serve and Ray down), then the process group; then the HAProxy Serve
-    started for this app, which a hard Ray shutdown leaves behind."""
-    import psutil
-
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the CLI shuts Serve, Ray and its HAProxy down), then the process group."""
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(90)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-    for p in psutil.process_iter():
-        try:
-            if p.name() == "haproxy" and any(haproxy_folder in arg for arg in p.cmdline()):
-                p.kill()
-        except psutil.Error:
-            continue
 
 
 def _biased_text(model_pair: Any) -> str:
