@@ -9,9 +9,9 @@ naming the field, the field) or None. They catch what the request models would e
 - prompts: text, a list of texts, token ids or lists of token ids, and no longer than the context
   can hold, judged by size alone (`deployments.limits`);
 - fields SGLang's request models call methods on before validating them (`response_format`),
-  `chat_template_kwargs` that would collide with the template call's own arguments, `tools`
-  (no tool-call parser: refused by name), `seed` in
-  the 64-bit range, `min_tokens` within `max_tokens`.
+  `chat_template_kwargs` that would collide with the template call's own arguments, `seed` in
+  the 64-bit range, `min_tokens` within `max_tokens` (tools and the other structured-output
+  fields: `deployments.structured`).
 """
 
 from __future__ import annotations
@@ -216,9 +216,6 @@ def check_chat_body(body: dict[str, Any], limits: ModelLimits) -> Problem | None
     reason = limits.too_long("messages", total)
     if reason is not None:
         return _bad(reason, "messages", 413)
-    problem = _check_tools(body)
-    if problem is not None:
-        return problem
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
         if not isinstance(kwargs, dict):
@@ -233,23 +230,6 @@ def check_chat_body(body: dict[str, Any], limits: ModelLimits) -> Problem | None
                 f"chat_template_kwargs.{reserved[0]}",
             )
     return _check_common(body, limits)
-
-
-def _check_tools(body: dict[str, Any]) -> Problem | None:
-    """Tool calling needs a tool-call parser turning the model's text into `tool_calls`; Ray's
-    SGLang server has none, so a request that offers tools is refused rather than answered as if
-    the model had chosen not to call one."""
-    tools = body.get("tools")
-    if tools is not None and tools != []:
-        return _bad(
-            "tools: tool calling is not supported by this app (replies are not parsed into tool_calls); "
-            "send the request without tools",
-            "tools",
-        )
-    choice = body.get("tool_choice")
-    if choice is not None and choice not in ("none", "auto"):
-        return _bad("tool_choice: no tools can be called here; use 'none' or leave it out", "tool_choice")
-    return None
 
 
 def _check_ids(field: str, ids: list[Any], limits: ModelLimits, as_prompt: bool = True) -> Problem | None:

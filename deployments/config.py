@@ -204,6 +204,13 @@ class ReplicaSettings(_Frozen):
         gt=0,
         description="Engine probe timeout of a health check (Ray Serve restarts a replica that fails it).",
     )
+    control_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long a replica waits for its engine to answer a control call (state read, "
+        "speculation switch); one that times out is logged, counted (control_timeouts in "
+        "/specflip/status) and retried at the next tick.",
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment variables of every replica process and the SGLang processes it starts "

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policy.types import FleetStatus, Override, ReplicaStatus
+from policy.types import STALE_SOURCE, EngineReport, FleetStatus, Override, ReplicaStatus
 
 __all__ = [
     "OVERRIDES",
@@ -21,6 +21,7 @@ __all__ = [
     "OverrideRequest",
     "RateLimiter",
     "check_bearer",
+    "engine_document",
     "replica_document",
     "status_document",
 ]
@@ -94,13 +95,39 @@ def replica_document(r: ReplicaStatus) -> dict[str, Any]:
         "flips": r.flips,
         "patched": r.patched,
         "override": r.override.value,
-        # a replica reaching the actor reports every tick and follows its answers; the actor cannot
-        # tell a stale one that is dead or blocked from one deciding locally: "unknown" (the
-        # replica's own word is SpecFlipServer.describe() and its log)
-        "policy_source": "unknown" if r.stale else "actor",
+        "policy_source": _policy_source(r),
         "stale": r.stale,
         "last_report_age_s": round(r.last_report_age_s, 3),
         "reason": r.reason,
+        "engine": None if r.engine is None else engine_document(r.engine),
+    }
+
+
+def _policy_source(r: ReplicaStatus) -> str | None:
+    """What the replica reported it followed (actor, override, actor_cached, local_fallback), or
+    STALE_SOURCE when its last report is stale; None before its first answer."""
+    if r.stale:
+        return STALE_SOURCE
+    return None if r.policy_source is None else r.policy_source.value
+
+
+def engine_document(e: EngineReport) -> dict[str, Any]:
+    """A replica's engine switch state as `/specflip/status` shows it."""
+    return {
+        "off_cuda_graphs": e.off_cuda_graphs,
+        "off_cuda_graphs_reason": e.off_cuda_graphs_reason,
+        "off_cuda_graphs_bytes": e.off_cuda_graphs_bytes,
+        "strategy": e.strategy,
+        "strategy_configured": e.strategy_configured,
+        "strategy_fallback": e.strategy_fallback,
+        "toggles": e.toggles,
+        "resyncs": e.resyncs,
+        "resyncs_timed": e.resyncs_timed,
+        "resync_ms_total": round(e.resync_ms_total, 3),
+        "last_resync_ms": None if e.last_resync_ms is None else round(e.last_resync_ms, 3),
+        "decode_steps": {"on": e.on_steps, "off": e.off_steps},
+        "control_timeouts": e.control_timeouts,
+        "sglang_version": e.sglang_version,
     }
 
 

@@ -59,7 +59,14 @@ def cpu_demo_config(pair: tuple[str, str], **sections: dict[str, Any]) -> SpecFl
             "stale_after_s": 5.0,
             "ttl_s": 30.0,
         },
-        "engine": {"device": "cpu", "max_running_requests": 16, "max_total_tokens": 8192},
+        # the tiny model pads grammar-constrained JSON with whitespace until max_tokens: JSON
+        # constraints (response_format, json_schema, tool calls) allow none between tokens
+        "engine": {
+            "device": "cpu",
+            "max_running_requests": 16,
+            "max_total_tokens": 8192,
+            "extra": {"constrained_json_disable_any_whitespace": True},
+        },
         "replicas": {"count": 2, "num_cpus": 1, "num_gpus": 0, "tick_s": 0.25},
         "serve": {},
     }

@@ -122,5 +122,9 @@ def build_specflip_engine(config: SpecFlipConfig) -> ReplicaEngine:
 
     kwargs = engine_kwargs(config)
     with _no_signal_handlers():
-        engine: ReplicaEngine = SpecFlipEngine(switch=config.speculation.switch_config(), **kwargs)
+        engine: ReplicaEngine = SpecFlipEngine(
+            switch=config.speculation.switch_config(),
+            control_timeout_s=config.replicas.control_timeout_s,
+            **kwargs,
+        )
     return engine

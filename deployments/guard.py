@@ -20,7 +20,7 @@ from deployments.config import SpecFlipConfig
 from deployments.errors import error_response
 from deployments.limits import ModelLimits, limits_for
 
-__all__ = ["MAX_BODY_BYTES", "JsonBodyGuard", "add_guard_and_cors"]
+__all__ = ["MAX_BODY_BYTES", "BodyCheck", "JsonBodyGuard", "add_guard_and_cors"]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _CHECKS = {
@@ -32,14 +32,19 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+BodyCheck = Callable[[str, bytes], str | None]  # (path, raw body) -> why it is refused (a 400), or None
 
 
 class JsonBodyGuard:
     def __init__(
-        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], config: SpecFlipConfig | None = None
+        self,
+        app: Callable[[Scope, Receive, Send], Awaitable[None]],
+        config: SpecFlipConfig | None = None,
+        extra_check: BodyCheck | None = None,
     ) -> None:
         self.app = app
         self._config = config
+        self._extra = extra_check  # after the shared checks (the direct path's structured-output check)
         self._limits: ModelLimits | None = None  # read on first use, on the ingress's node
 
     @property
@@ -75,6 +80,9 @@ class JsonBodyGuard:
         body = b"".join(chunks)
         parsed = parse_body(body)
         problem = parsed if isinstance(parsed, Problem) else check(parsed, self.limits)
+        if problem is None and self._extra is not None:
+            reason = self._extra(scope.get("path", ""), body)
+            problem = None if reason is None else Problem(400, reason)
         if problem is not None:
             await _refuse(problem, scope, receive, send)
             return
@@ -96,12 +104,14 @@ async def _refuse(problem: Problem, scope: Scope, receive: Receive, send: Send) 
     await error_response(problem.status, problem.message, param=problem.param)(scope, receive, send)
 
 
-def add_guard_and_cors(app: Any, config: SpecFlipConfig) -> None:
+def add_guard_and_cors(app: Any, config: SpecFlipConfig, extra_check: BodyCheck | None = None) -> None:
     """The body guard, and CORS for the configured origins only, never with credentials (a bearer
     token authenticates, not cookies), on a FastAPI app that has not started. Any CORS middleware
     the app came with (Ray's, SGLang's: any origin, with credentials) is removed first."""
     app.user_middleware[:] = [m for m in app.user_middleware if m.cls is not CORSMiddleware]
-    app.add_middleware(JsonBodyGuard, config=config)  # raw-body checks before the request models parse it
+    app.add_middleware(
+        JsonBodyGuard, config=config, extra_check=extra_check
+    )  # raw-body checks before the request models parse it
     app.add_middleware(
         CORSMiddleware,
         allow_origins=list(config.serve.cors_allow_origins),

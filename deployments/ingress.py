@@ -8,7 +8,8 @@ added through the supported `make_fastapi_ingress(cls, endpoint_map=...)`:
 - `GET  /metrics`           Prometheus text: the ingress's registry, then the policy actor's
 
 The ingress creates the named policy actor and owns it (`deployments.control_routes`).
-Chat and completions bodies are checked (`deployments.validation`) before they reach a replica.
+Chat and completions bodies are checked (`deployments.validation`, and `deployments.structured`
+for structured-output fields) before they reach a replica.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from deployments.ray_compat import (
     OpenAIHTTPException,
 )
 from deployments.routes import ENDPOINTS, NOT_SERVED
+from deployments.structured import check_structured, misplaced_fields
 from deployments.validation import check_chat, check_completion
 
-__all__ = ["ENDPOINTS", "SpecFlipIngress", "context_limit", "error_response"]
+__all__ = ["ENDPOINTS", "SpecFlipIngress", "context_limit", "error_response", "model_config_int"]
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +46,14 @@ def context_limit(config: SpecFlipConfig) -> int | None:
     """Largest max_tokens worth sending: the configured context length, else the model's own."""
     if config.engine.context_length is not None:
         return config.engine.context_length
+    return model_config_int(config, "max_position_embeddings")
+
+
+def model_config_int(config: SpecFlipConfig, key: str) -> int | None:
+    """A positive integer of the model's config.json (e.g. vocab_size), None if absent or unreadable."""
     try:
         with open(f"{config.model.path}/config.json") as f:
-            value = json.load(f).get("max_position_embeddings")
+            value = json.load(f).get(key)
     except (OSError, ValueError):
         return None  # model not visible from the ingress's node: replicas still answer 400
     return int(value) if isinstance(value, int) and value > 0 else None
@@ -60,6 +67,7 @@ class SpecFlipIngress(OpenAiIngress):
         self._config = config
         self._token = config.serve.resolved_token()
         self._limit = context_limit(config)
+        self._vocab_size = model_config_int(config, "vocab_size")
         self._metrics = ingress_metrics()
         self._control = ControlRoutes(config, self._metrics)
         log.info(
@@ -71,14 +79,16 @@ class SpecFlipIngress(OpenAiIngress):
     # -- OpenAI routes: checks, then Ray's handling, timed -------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
         self._default_model(body)
-        reason = check_chat(body, self._limit)
+        reason = check_chat(body, self._limit) or await self._check_structured(body, request, chat=True)
         if reason:
             return error_response(400, reason)
         return await self._timed("/v1/chat/completions", body, request, super().chat)
 
     async def completions(self, body: CompletionRequest, request: Request) -> Response:
         self._default_model(body)
-        reason = check_completion(body, self._limit)
+        reason = check_completion(body, self._limit) or await self._check_structured(
+            body, request, chat=False
+        )
         if reason:
             return error_response(400, reason)
         return await self._timed("/v1/completions", body, request, super().completions)
@@ -88,6 +98,11 @@ class SpecFlipIngress(OpenAiIngress):
         "default", which no app serves)."""
         if "model" not in body.model_fields_set and len(self._model_cards) == 1:
             body.model = next(iter(self._model_cards))
+
+    async def _check_structured(self, body: Any, request: Request, *, chat: bool) -> str | None:
+        # the raw body too: a field the endpoint's request model does not have is dropped silently
+        misplaced = misplaced_fields(await request.body(), chat=chat)
+        return misplaced or check_structured(body, vocab_size=self._vocab_size)
 
     async def _timed(self, endpoint: str, body: Any, request: Request, handler: Any) -> Response:
         started = time.monotonic()

@@ -62,8 +62,9 @@ check_ray_version()
 #   annotated with (FastAPI validates bodies into them), as in Ray's own OpenAiIngress (the two
 #   responses document the routes' 200s in the OpenAPI schema);
 #   ray.serve.llm.openai_api_models has public subclasses. OpenAIHTTPException: what Ray's ingress
-#   raises for client errors. Go when OpenAiIngress's routes take the public models and the
-#   exception is public.
+#   raises for client errors. ChatCompletionResponse: what SGLangServer.chat yields, built the
+#   same way by the replica for tool-call answers. Go when OpenAiIngress's routes take the public
+#   models and the exception is public.
 # - to_model_metadata: the model cards OpenAiIngress takes (Ray's own docs example imports it from
 #   here too). DEFAULT_ENDPOINTS: Ray's OpenAI route map, which ours are added to.
 #   openai_fastapi_app (`init`): the FastAPI app with Ray's middleware that make_fastapi_ingress

@@ -1,9 +1,12 @@
-"""A replica's control loop: every tick read the engine's speculation state, report it to the
-policy, and apply the desired mode. Also the engine probe the health check uses.
+"""A replica's control loop: every tick read the engine's speculation state, report it (load,
+mode, the engine's switch state, the policy source it followed) to the policy, and apply the
+desired mode. Also the engine probe the health check uses.
 
 Engine calls are blocking zmq round trips to the scheduler (up to one scheduler iteration),
 so they run in a thread. At most one state read is in flight: a tick and a health check
-that overlap share it, and a hung scheduler never piles up threads.
+that overlap share it, and a hung scheduler never piles up threads. A control call (state
+read or switch) that gets no answer within `control_timeout_s` is logged, counted
+(`control_timeouts`, reported with the engine state) and retried at the next tick.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, Protocol
 
 from deployments.engine import ReplicaEngine
 from patched_worker.state import SpeculationState
-from policy.types import ClientDecision, ClientState, Observation, SpecMode
+from policy.types import ClientDecision, ClientState, EngineReport, Observation, SpecMode
 
 __all__ = ["EngineUnhealthy", "PolicyReporter", "SpeculationLoop"]
 
@@ -52,16 +55,19 @@ class SpeculationLoop:
         *,
         tick_s: float,
         probe_timeout_s: float,
+        control_timeout_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._engine, self._reporter, self.replica_id = engine, reporter, replica_id
         self._tick_s, self._timeout_s, self._clock = tick_s, probe_timeout_s, clock
+        self._control_timeout_s = probe_timeout_s if control_timeout_s is None else control_timeout_s
         self._pending: asyncio.Future[SpeculationState] | None = None
         self._task: asyncio.Task[None] | None = None
         self.last_state: SpeculationState | None = None
         self.last_decision: ClientDecision | None = None
         self.last_error: str | None = None
         self.applied_flips = 0
+        self.control_timeouts = 0  # control calls that got no answer in time
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -110,7 +116,10 @@ class SpeculationLoop:
     async def tick(self) -> ClientDecision | None:
         """Read state, report, apply. Returns the policy's answer (None if the engine did not answer)."""
         try:
-            state: SpeculationState | None = await self.read_state(self._timeout_s)
+            state: SpeculationState | None = await self.read_state(self._control_timeout_s)
+        except TimeoutError:  # the loop's wait, or the engine's own (SpecFlipControlTimeout)
+            self._timed_out("get_speculation_state")
+            return None
         except Exception as err:
             if not _is_rpc_refusal(err):
                 self.last_error = f"state read failed: {type(err).__name__}: {err}"[:300]
@@ -121,7 +130,12 @@ class SpeculationLoop:
         self.last_state, self.last_decision, self.last_error = state, decision, None
         want_on = decision.desired is SpecMode.ON
         if state is not None and state.patched and want_on != state.requested:
-            await asyncio.to_thread(self._engine.set_speculation, want_on)
+            switch = asyncio.to_thread(self._engine.set_speculation, want_on)
+            try:
+                await asyncio.wait_for(switch, self._control_timeout_s)
+            except TimeoutError:  # it may still land: the next tick reads `requested` and retries if not
+                self._timed_out("set_speculation")
+                return decision
             self.applied_flips += 1
             log.info(
                 "%s: speculation -> %s (%s: %s)",
@@ -131,6 +145,14 @@ class SpeculationLoop:
                 decision.reason,
             )
         return decision
+
+    def _timed_out(self, call: str) -> None:
+        self.control_timeouts += 1
+        self.last_error = (
+            f"{call} got no answer from the engine within {self._control_timeout_s:g} s "
+            f"(control timeout #{self.control_timeouts}; retried next tick)"
+        )
+        log.warning("replica %s: %s", self.replica_id, self.last_error)
 
     def _observation(self, state: SpeculationState | None) -> Observation:
         if state is None:
@@ -142,6 +164,7 @@ class SpeculationLoop:
                 mode=SpecMode.OFF,
                 patched=False,
                 accept_length=None,
+                policy_source=None if self.last_decision is None else self.last_decision.source,
             )
         # a switch lands at the next decode step: an idle engine already runs the requested mode
         # for whatever comes next, a busy one the mode in effect
@@ -156,6 +179,8 @@ class SpeculationLoop:
             accept_length=state.accept_length_ema,
             decode_tok_s=tok_s,
             decode_batch=batch,
+            policy_source=None if self.last_decision is None else self.last_decision.source,
+            engine=_engine_report(state, self.control_timeouts),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -168,8 +193,29 @@ class SpeculationLoop:
             "desired_mode": None if d is None else d.desired.value,
             "policy_source": self._reporter.state.source.value,
             "applied_flips": self.applied_flips,
+            "control_timeouts": self.control_timeouts,
             "last_error": self.last_error,
         }
+
+
+def _engine_report(s: SpeculationState, control_timeouts: int) -> EngineReport:
+    return EngineReport(
+        strategy=s.strategy.value,
+        strategy_configured=None if s.strategy_configured is None else s.strategy_configured.value,
+        strategy_fallback=s.strategy_fallback,
+        off_cuda_graphs=s.off_cuda_graphs,
+        off_cuda_graphs_reason=s.off_cuda_graphs_note,
+        off_cuda_graphs_bytes=s.off_cuda_graphs_bytes,
+        toggles=s.toggles,
+        resyncs=s.resyncs,
+        resyncs_timed=s.resyncs_timed,
+        resync_ms_total=s.resync_ms_total,
+        last_resync_ms=s.last_resync_ms,
+        on_steps=s.on_steps,
+        off_steps=s.off_steps,
+        control_timeouts=control_timeouts,
+        sglang_version=s.sglang_version,
+    )
 
 
 def _decode_rate(before: SpeculationState | None, now: SpeculationState) -> tuple[float | None, float | None]:

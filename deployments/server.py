@@ -14,11 +14,14 @@ SSE streaming, tokenize and `/v1/models` are inherited; on top:
 - SGLang sampling extras (`ignore_eos`, `top_k`, `min_tokens`, ...) passed through when set;
 - prompts tokenized in a worker thread, refused by size first (deployments.prompts), and
   OpenAI's token-id prompts passed to the engine as token ids;
+- structured output (`response_format`, `regex`, `ebnf`, `json_schema`, `logit_bias`,
+  `stop_regex`) passed to SGLang, and tool calls (`tools` with `tool_choice` "required" or a
+  named function) answered as OpenAI `tool_calls` (deployments.structured);
 - `stream_options.include_usage`: a final usage chunk on streams (OpenAI semantics);
 - streams coalesced per `serve.stream_batching_interval_ms` (deployments.coalesce): the first
   chunk at once, then one packet per window;
-- engine input errors (e.g. prompt + max_tokens beyond the context) and chat templates refusing
-  the messages become 400s, not 500s.
+- engine input errors (e.g. prompt + max_tokens beyond the context, a grammar that does not
+  compile) and chat templates refusing the messages become 400s, not 500s.
 """
 
 from __future__ import annotations
@@ -35,12 +38,17 @@ from typing import Any
 
 from jinja2 import TemplateError
 
+from deployments import structured
 from deployments.coalesce import coalesce
 from deployments.config import SpecFlipConfig
 from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
 from deployments.limits import limits_for
 from deployments.prompts import is_token_ids, tokenize_off_loop
-from deployments.ray_compat import SGLangServer, init_sglang_server_without_engine
+from deployments.ray_compat import (
+    ChatCompletionResponse,
+    SGLangServer,
+    init_sglang_server_without_engine,
+)
 from deployments.replica_loop import SpeculationLoop
 from deployments.warmup import warm_up
 
@@ -113,7 +121,12 @@ class SpecFlipServer(SGLangServer):
             timeout_s=r.report_timeout_s,
         )
         self.loop = SpeculationLoop(
-            self.engine, reporter, self.replica_id, tick_s=r.tick_s, probe_timeout_s=r.health_timeout_s
+            self.engine,
+            reporter,
+            self.replica_id,
+            tick_s=r.tick_s,
+            probe_timeout_s=r.health_timeout_s,
+            control_timeout_s=r.control_timeout_s,
         )
         self.loop.start()  # the constructor runs on the replica's user event loop
 
@@ -154,6 +167,18 @@ class SpecFlipServer(SGLangServer):
 
     # -- generation: sampling extras, input errors as 400 -------------------------------------
     @staticmethod
+    def _build_chat_template_kwargs(request: Any) -> dict[str, Any]:
+        # Ray 2.60 hands the template the request's pydantic Tool objects, which transformers refuses
+        # (every chat with tools was a 500): give it their JSON-schema dicts, as SGLang's server does
+        kwargs: dict[str, Any] = SGLangServer._build_chat_template_kwargs(request)
+        if getattr(request, "tools", None) is not None:
+            kwargs.pop("tools", None)
+            tools = structured.template_tools(request)
+            if tools:
+                kwargs["tools"] = tools
+        return kwargs
+
+    @staticmethod
     def _build_sampling_params(request: Any) -> dict[str, Any]:
         params: dict[str, Any] = SGLangServer._build_sampling_params(request)
         fields_set: set[str] = getattr(request, "model_fields_set", set())
@@ -166,6 +191,7 @@ class SpecFlipServer(SGLangServer):
             params["sampling_seed"] = request.seed
         if "max_new_tokens" not in params and getattr(request, "max_completion_tokens", None) is not None:
             params["max_new_tokens"] = request.max_completion_tokens  # the newer name of max_tokens (chat)
+        params.update(structured.sampling_params(request))
         return params
 
     def _build_generate_kwargs(self, request: Any, prompt: Any, stream: bool) -> dict[str, Any]:
@@ -188,8 +214,8 @@ class SpecFlipServer(SGLangServer):
         prompt = await self._engine_prompt(prompt)
         try:
             return await super()._generate_raw(request, prompt)
-        except ValueError as err:  # SGLang's own input checks (length, sampling params)
-            raise self._bad_request(err) from None
+        except ValueError as err:  # SGLang's own input checks (length, sampling params, grammars)
+            raise self._bad_request(err, request) from None
 
     async def _stream_generate(
         self, request: Any, prompt: Any
@@ -200,7 +226,7 @@ class SpecFlipServer(SGLangServer):
         try:
             stream = await self.engine.async_generate(**kwargs)
         except ValueError as err:
-            raise self._bad_request(err) from None
+            raise self._bad_request(err, request) from None
         previous = ""
         try:
             async for chunk in stream:
@@ -208,27 +234,69 @@ class SpecFlipServer(SGLangServer):
                 if usage is not None:
                     usage.prompt_tokens = int(meta.get("prompt_tokens", usage.prompt_tokens))
                     usage.completion_tokens = int(meta.get("completion_tokens", usage.completion_tokens))
-                delta, previous = text[len(previous) :], text
                 finish = meta.get("finish_reason")
+                refusal = None if previous else _refusal(finish)
+                if refusal is not None:  # e.g. a grammar that does not compile
+                    raise self._bad_request(ValueError(refusal), request) from None
+                delta, previous = text[len(previous) :], text
                 yield delta, (self._parse_finish_reason(finish) if finish is not None else None)
         except ValueError as err:  # SGLang validates a streamed request on its first chunk
-            raise self._bad_request(err) from None
+            raise self._bad_request(err, request) from None
 
-    def _bad_request(self, err: ValueError) -> EngineInputError:
-        """SGLang's refusal as a 400; a context overflow says the count includes the tokens the
-        speculative decoder reserves per request (SGLang adds them to the input silently)."""
+    def _bad_request(self, err: ValueError, request: Any) -> EngineInputError:
+        """SGLang's refusal as a 400 naming the field where it can (deployments.structured); a
+        context overflow says the count includes the tokens the speculative decoder reserves per
+        request (SGLang adds them to the input silently)."""
         message = str(err).splitlines()[0][:500] if str(err) else "invalid request"
         reserved = int(getattr(self.engine.tokenizer_manager, "num_reserved_tokens", 0) or 0)
         if reserved and "context length" in message:
             message += (
                 f" (the input count includes {reserved} tokens speculative decoding reserves per request)"
             )
-        return EngineInputError(message)
+        return EngineInputError(structured.explain_refusal(request, message)[:500])
 
     async def chat(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
-        items = self._with_usage(request, super().chat(request, raw_request_info), "chat.completion.chunk")
+        if structured.calls_tools(request):
+            answer = self._tool_calls(request)
+        else:
+            answer = super().chat(request, raw_request_info)
+        items = self._with_usage(request, answer, "chat.completion.chunk")
         async for item in self._coalesced(request, items):
             yield item
+
+    async def _tool_calls(self, request: Any) -> AsyncGenerator[Any, None]:
+        """A chat answer constrained to tool calls, as OpenAI `tool_calls`. Streamed, the calls
+        come whole in one chunk once generated (a partial call is not a call yet)."""
+        messages = self._build_chat_messages(request.messages)
+        prompt = self._render_chat_prompt(messages, template_kwargs=self._build_chat_template_kwargs(request))
+        if not request.stream:
+            meta = self._extract_generation_metadata(await self._generate_raw(request, prompt))
+            message, finish = structured.tool_call_message(
+                meta["text"], meta["finish_reason"], structured.parse_tool_calls(meta["text"])
+            )
+            yield ChatCompletionResponse(
+                id=meta["id"],
+                object="chat.completion",
+                created=meta["created"],
+                model=request.model,
+                choices=[{"index": 0, "message": message, "finish_reason": finish}],
+                usage={k: meta[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+            )
+            return
+        text, finish_reason = "", "stop"
+        async for delta, finish_or_none in self._stream_generate(request, prompt):
+            text, finish_reason = text + delta, finish_or_none or finish_reason
+        message, finish_reason = structured.tool_call_message(
+            text, finish_reason, structured.parse_tool_calls(text)
+        )
+        for i, call in enumerate(message.get("tool_calls") or []):
+            call["index"] = i  # streamed tool calls carry their position
+        gen_id, created = f"sglang-gen-{uuid.uuid4().hex}", int(time.time())
+        for choice in (
+            {"index": 0, "delta": message, "finish_reason": None},
+            {"index": 0, "delta": {}, "finish_reason": finish_reason},
+        ):
+            yield self._build_sse_chunk(gen_id, "chat.completion.chunk", created, request.model, choice)
 
     async def completions(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
         prompt = request.prompt
@@ -284,3 +352,10 @@ class EngineInputError(ValueError):
     """
 
     status_code = 400
+
+
+def _refusal(finish: Any) -> str | None:
+    """The message of SGLang's finish_reason for a request it refused (an abort with status 400)."""
+    if isinstance(finish, dict) and finish.get("type") == "abort" and finish.get("status_code") == 400:
+        return str(finish.get("message") or "request refused by the engine")
+    return None

@@ -21,7 +21,8 @@ a report lost with the actor is not replayed (the replica's next tick sends a fr
 Fallback. `PolicyClient` gives each report a short timeout. After `fail_after`
 consecutive failures it decides locally with the same pure rules on the replica's own
 load (fleet limits off) and reports `DecisionSource.LOCAL_FALLBACK`; it re-resolves the
-named actor on every later tick and returns to `ACTOR` as soon as one answers.
+named actor on every later tick and returns to `ACTOR` (`OVERRIDE` while an operator override
+holds) as soon as one answers.
 """
 
 from __future__ import annotations
@@ -233,12 +234,13 @@ class PolicyClient:
         return replace(obs, reported_at=now, mode_age_s=age, override=override)
 
     def _answered(self, decision: Decision) -> ClientDecision:
-        if self._source is not DecisionSource.ACTOR:
+        if self._source in (DecisionSource.ACTOR_CACHED, DecisionSource.LOCAL_FALLBACK):
             log.warning("policy actor reachable again after %d failed reports", self._failures)
-        self._failures, self._source, self._local = 0, DecisionSource.ACTOR, None
+        source = DecisionSource.OVERRIDE if decision.overridden else DecisionSource.ACTOR
+        self._failures, self._source, self._local = 0, source, None
         self._override = decision.override
         self._set_desired(decision.desired)
-        return ClientDecision(decision.desired, DecisionSource.ACTOR, decision.reason, decision.overridden, 0)
+        return ClientDecision(decision.desired, source, decision.reason, decision.overridden, 0)
 
     def _failed(self, obs: Observation, err: BaseException) -> ClientDecision:
         self._failures += 1

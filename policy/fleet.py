@@ -121,6 +121,8 @@ class FleetView:
                     patched=obs.patched,
                     stale=now - obs.reported_at > self.config.stale_after_s,
                     reason=decision.reason,
+                    policy_source=obs.policy_source,
+                    engine=obs.engine,
                 )
             )
         window = list(self._decision_s)

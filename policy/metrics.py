@@ -3,6 +3,8 @@
 Per-replica gauges are produced at scrape time from the actor's status (a custom
 collector), so they cost nothing per tick and an expired replica's series simply stop.
 Modes are gauges with 1 = ON, 0 = OFF (the usual Prometheus encoding of a two-state value).
+The `specflip_engine_*` families are each replica's engine switch state as it reported it
+(`EngineReport`); the actor only passes them on.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from policy.types import FleetStatus, Override, SpecMode
+from policy.types import STALE_SOURCE, FleetStatus, Override, ReplicaStatus, SpecMode
 
-__all__ = ["PREFIX", "PolicyMetrics"]
+__all__ = ["ENGINE_PREFIX", "PREFIX", "PolicyMetrics"]
 
 PREFIX = "specflip_policy_"
+ENGINE_PREFIX = "specflip_engine_"
 
 # decide() takes ~1 ms per 1000 replicas; buckets from 50 us to 1 s
 _DECISION_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
@@ -59,13 +62,69 @@ class _FleetCollector(Collector):
             stale.add_metric(key, 1.0 if r.stale else 0.0)
             age.add_metric(key, r.last_report_age_s)
             flips.add_metric(key, r.flips)
-        yield from (desired, actual, load, running, waiting, accept, overridden, stale, age, flips)
+        source = GaugeMetricFamily(
+            PREFIX + "source",
+            "1 for the policy source the replica reported following (stale: report too old)",
+            labels=["replica", "source"],
+        )
+        for r in status.replicas:
+            reported = "unknown" if r.policy_source is None else r.policy_source.value
+            source.add_metric([r.replica_id, STALE_SOURCE if r.stale else reported], 1.0)
+        yield from (desired, actual, load, running, waiting, accept, overridden, stale, age, flips, source)
+        yield from _engine_families(status.replicas)
         yield GaugeMetricFamily(
             PREFIX + "replicas", "Replicas known to the policy", value=len(status.replicas)
         )
         yield GaugeMetricFamily(
             PREFIX + "restarted", "1 if this actor process is a restart", value=float(status.restarted)
         )
+
+
+def _engine_families(replicas: tuple[ReplicaStatus, ...]) -> Iterator[Metric]:
+    p, r_ = ENGINE_PREFIX, ["replica"]
+    graphs = GaugeMetricFamily(
+        p + "off_cuda_graphs",
+        "1 if OFF steps replay plain decode CUDA graphs, 0 if they run eager (reason says why)",
+        labels=["replica", "reason"],
+    )
+    graph_bytes = GaugeMetricFamily(p + "off_cuda_graphs_bytes", "Device memory of the OFF graphs", labels=r_)
+    strategy = GaugeMetricFamily(
+        p + "strategy",
+        "1 for the draft strategy in force while OFF, with the configured one",
+        labels=["replica", "strategy", "configured"],
+    )
+    fallback = GaugeMetricFamily(
+        p + "strategy_fallback", "1 while the strategy in force differs from the configured one", labels=r_
+    )
+    toggles = CounterMetricFamily(p + "toggles", "Speculation flips the engine applied", labels=r_)
+    resyncs = CounterMetricFamily(p + "resyncs", "Decode-mode draft resyncs launched", labels=r_)
+    timed = CounterMetricFamily(p + "resyncs_timed", "Resyncs whose duration is known", labels=r_)
+    resync_s = CounterMetricFamily(p + "resync_seconds", "Summed duration of the timed resyncs", labels=r_)
+    last_resync = GaugeMetricFamily(p + "last_resync_seconds", "Duration of the last timed resync", labels=r_)
+    steps = CounterMetricFamily(p + "decode_steps", "Decode steps by mode", labels=["replica", "mode"])
+    timeouts = CounterMetricFamily(
+        p + "control_timeouts", "Replica control calls to the engine that timed out", labels=r_
+    )
+    for r in replicas:
+        e, key = r.engine, [r.replica_id]
+        if e is None:
+            continue
+        graphs.add_metric([r.replica_id, e.off_cuda_graphs_reason], 1.0 if e.off_cuda_graphs else 0.0)
+        if e.off_cuda_graphs_bytes is not None:
+            graph_bytes.add_metric(key, e.off_cuda_graphs_bytes)
+        strategy.add_metric([r.replica_id, e.strategy, e.strategy_configured or e.strategy], 1.0)
+        fallback.add_metric(key, 1.0 if e.strategy_fallback else 0.0)
+        toggles.add_metric(key, e.toggles)
+        resyncs.add_metric(key, e.resyncs)
+        timed.add_metric(key, e.resyncs_timed)
+        resync_s.add_metric(key, e.resync_ms_total / 1e3)
+        if e.last_resync_ms is not None:
+            last_resync.add_metric(key, e.last_resync_ms / 1e3)
+        steps.add_metric([r.replica_id, "on"], e.on_steps)
+        steps.add_metric([r.replica_id, "off"], e.off_steps)
+        timeouts.add_metric(key, e.control_timeouts)
+    yield from (graphs, graph_bytes, strategy, fallback, toggles, resyncs, timed, resync_s, last_resync)
+    yield from (steps, timeouts)
 
 
 class PolicyMetrics:

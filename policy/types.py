@@ -17,6 +17,7 @@ __all__ = [
     "ClientState",
     "Decision",
     "DecisionSource",
+    "EngineReport",
     "FleetStatus",
     "LoadMetric",
     "Observation",
@@ -26,6 +27,7 @@ __all__ = [
     "ReplicaStatus",
     "Rule",
     "SETTING",
+    "STALE_SOURCE",
     "SetSpeculation",
     "SpecMode",
     "TickStats",
@@ -80,15 +82,44 @@ class Reason(enum.Enum):
 
 
 class DecisionSource(enum.Enum):
-    """Where a replica's desired mode came from (PolicyClient)."""
+    """Where a replica's desired mode came from (PolicyClient); the replica reports it back."""
 
-    ACTOR = "actor"  # the policy actor answered this tick
+    ACTOR = "actor"  # the policy actor answered this tick (its rule decided)
+    OVERRIDE = "override"  # the policy actor answered this tick with an operator override
     ACTOR_CACHED = "actor_cached"  # actor unreachable this tick; its last answer is kept
     LOCAL_FALLBACK = "local_fallback"  # actor unreachable for fail_after ticks; local rule decides
 
 
+# how status and metrics show the policy source of a replica whose last report is stale: what it
+# follows now is unknown to the actor (one that cannot reach it decides locally; a dead one, nothing)
+STALE_SOURCE = "stale"
+
+
 class UnknownReplicaError(LookupError):
     """An operator named a replica the policy has not heard from (or has expired)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineReport:
+    """The engine's switch state as its replica reports it every tick: for operators (status,
+    metrics); the rules never read it. Plain copies of `SpeculationState` fields
+    (docs/patched_worker.md), strategies as their names, plus the replica's own control-call count."""
+
+    strategy: str  # draft upkeep in force while OFF, after any fallback
+    strategy_configured: str | None  # what the config (or the last set_strategy) asked for
+    strategy_fallback: str  # why `strategy` differs from `strategy_configured`; "" when it does not
+    off_cuda_graphs: bool  # OFF steps replay plain DECODE CUDA graphs
+    off_cuda_graphs_reason: str  # why not, when they do not ("" otherwise)
+    off_cuda_graphs_bytes: int | None  # device memory the OFF graphs took (None: no graphs)
+    toggles: int  # flips the engine applied
+    resyncs: int  # decode-mode draft resyncs launched
+    resyncs_timed: int  # resyncs whose duration is known
+    resync_ms_total: float  # their summed duration
+    last_resync_ms: float | None  # the last timed one (None: none yet)
+    on_steps: int  # decode steps run with speculation
+    off_steps: int  # decode steps run as a plain decode (resync steps included)
+    control_timeouts: int = 0  # control calls (state reads, switches) of the replica that timed out
+    sglang_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +147,9 @@ class Observation:
     # the operator override the actor last answered with (PolicyClient fills it in): an actor
     # that does not know the replica (restarted, or the replica expired) takes it back
     override: Override | None = None
+    # where the mode the replica ran since its last report came from (None: no answer yet)
+    policy_source: DecisionSource | None = None
+    engine: EngineReport | None = None  # switch state for operators; None for an unpatched engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +344,8 @@ class ReplicaStatus:
     patched: bool
     stale: bool
     reason: str
+    policy_source: DecisionSource | None = None  # as the replica last reported it
+    engine: EngineReport | None = None  # as the replica last reported it
 
 
 @dataclass(frozen=True)

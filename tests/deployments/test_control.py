@@ -6,7 +6,16 @@ import pytest
 from pydantic import ValidationError
 
 from deployments.control import OverrideRequest, check_bearer, status_document
-from policy.types import FleetStatus, Override, PolicyConfig, ReplicaStatus, SpecMode, TickStats
+from policy.types import (
+    DecisionSource,
+    EngineReport,
+    FleetStatus,
+    Override,
+    PolicyConfig,
+    ReplicaStatus,
+    SpecMode,
+    TickStats,
+)
 
 
 @pytest.mark.parametrize(
@@ -45,7 +54,32 @@ def test_override_body_is_strict() -> None:
             OverrideRequest.model_validate(bad)
 
 
-def _replica(rid: str, stale: bool = False, override: Override = Override.AUTO) -> ReplicaStatus:
+ENGINE = EngineReport(
+    strategy="full_extend",
+    strategy_configured="warm_kv",
+    strategy_fallback="draft layout not handled by warm_kv",
+    off_cuda_graphs=False,
+    off_cuda_graphs_reason="capture failed: out of memory",
+    off_cuda_graphs_bytes=None,
+    toggles=4,
+    resyncs=2,
+    resyncs_timed=2,
+    resync_ms_total=9.87654,
+    last_resync_ms=4.5,
+    on_steps=40,
+    off_steps=25,
+    control_timeouts=1,
+    sglang_version="0.5.17",
+)
+
+
+def _replica(
+    rid: str,
+    stale: bool = False,
+    override: Override = Override.AUTO,
+    source: DecisionSource | None = DecisionSource.ACTOR,
+    engine: EngineReport | None = ENGINE,
+) -> ReplicaStatus:
     return ReplicaStatus(
         replica_id=rid,
         desired=SpecMode.OFF,
@@ -60,12 +94,19 @@ def _replica(rid: str, stale: bool = False, override: Override = Override.AUTO) 
         patched=True,
         stale=stale,
         reason="rule flipped it",
+        policy_source=source,
+        engine=engine,
     )
 
 
 def test_status_document_has_the_fields_the_loadtests_use() -> None:
     fleet = FleetStatus(
-        replicas=(_replica("b", stale=True, override=Override.FORCE_OFF), _replica("a")),
+        replicas=(
+            _replica("b", stale=True, override=Override.FORCE_OFF, source=DecisionSource.OVERRIDE),
+            _replica("a"),
+            _replica("c", source=DecisionSource.LOCAL_FALLBACK, engine=None),
+            _replica("d", source=None),
+        ),
         config=PolicyConfig(high=4, low=1),
         ticks=TickStats(10, 0.1, 1e-4, 1e-4, 3, 0),
         restarted=False,
@@ -73,7 +114,7 @@ def test_status_document_has_the_fields_the_loadtests_use() -> None:
     )
     doc = status_document(fleet, enabled=True, actor_name="p", expected_replicas=3)
     assert doc["expected_replicas"] == 3  # how the launcher tells "up" from "ingress answering"
-    a, b = doc["replicas"]
+    a, b, c, d = doc["replicas"]
     assert a == {
         "replica_id": "a",
         "mode": "on",
@@ -89,8 +130,27 @@ def test_status_document_has_the_fields_the_loadtests_use() -> None:
         "stale": False,
         "last_report_age_s": 0.123,
         "reason": "rule flipped it",
+        "engine": {
+            "off_cuda_graphs": False,
+            "off_cuda_graphs_reason": "capture failed: out of memory",
+            "off_cuda_graphs_bytes": None,
+            "strategy": "full_extend",
+            "strategy_configured": "warm_kv",
+            "strategy_fallback": "draft layout not handled by warm_kv",
+            "toggles": 4,
+            "resyncs": 2,
+            "resyncs_timed": 2,
+            "resync_ms_total": 9.877,
+            "last_resync_ms": 4.5,
+            "decode_steps": {"on": 40, "off": 25},
+            "control_timeouts": 1,
+            "sglang_version": "0.5.17",
+        },
     }
-    assert (b["override"], b["policy_source"]) == ("off", "unknown")  # stale: dead, blocked or local
+    # policy_source is what the replica reported, not inferred; a stale report gets its own marker
+    assert (b["override"], b["policy_source"]) == ("off", "stale")
+    assert (c["policy_source"], c["engine"]) == ("local_fallback", None)  # unpatched: no engine state
+    assert d["policy_source"] is None  # no answer yet when it last reported
     assert doc["policy"]["config"]["high"] == 4.0 and doc["policy"]["config"]["rule"] == "threshold"
     assert doc["policy"]["flips_total"] == 3 and doc["policy"]["enabled"] is True
     assert "rule" not in status_document(fleet, enabled=False, actor_name="p")["policy"]["config"]

@@ -15,7 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from deployments.defaults import cpu_demo_config
-from deployments.direct import DIRECT_ROUTES, restrict_and_guard
+from deployments.direct import DIRECT_ROUTES, restrict_and_guard, structured_check
 
 pytestmark = pytest.mark.engine  # imports SGLang's HTTP server (half a minute on a loaded host)
 MODEL = "specflip-tiny"
@@ -30,7 +30,7 @@ def client(model_pair: Any) -> Iterator[TestClient]:
         (model_pair.target, model_pair.draft),
         serve={"data_path": "direct", "cors_allow_origins": ["https://app.example"]},
     )
-    restrict_and_guard(app, config)
+    restrict_and_guard(app, config, structured_check(config))  # as direct_app does
     # not entered: SGLang's lifespan needs the engine (patched_worker.http_app sets it up there)
     yield TestClient(app, raise_server_exceptions=False)
 
@@ -68,9 +68,10 @@ def test_only_the_served_routes_are_left_and_in_the_schema(client: TestClient) -
         (CHAT, '{"model": "specflip-tiny", "messages": [{"role": "user", "content": {"x": 1}}]}', 400, None),
         (
             CHAT,
-            '{"model": "specflip-tiny", "messages": [{"role": "user", "content": "x"}], "tools": [{}]}',
+            '{"model": "specflip-tiny", "messages": [{"role": "user", "content": "x"}], '
+            '"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}',
             400,
-            "tools",
+            None,  # structured_check: no tool-call parser configured, named in the message
         ),
     ],
 )

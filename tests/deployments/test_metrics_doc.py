@@ -9,7 +9,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deployments.metrics import IngressMetrics
 from policy.metrics import PolicyMetrics
-from policy.types import FleetStatus, Override, PolicyConfig, ReplicaStatus, SpecMode, TickStats
+from policy.types import (
+    DecisionSource,
+    EngineReport,
+    FleetStatus,
+    Override,
+    PolicyConfig,
+    ReplicaStatus,
+    SpecMode,
+    TickStats,
+)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -25,8 +34,23 @@ def _emitted() -> dict[str, tuple[str, str]]:
     for h in (ingress.duration, ingress.ttft, ingress.tpot):
         h.labels("/v1/completions").observe(0.1)
     ingress.output_tokens.labels("/v1/completions").inc(3)
+    engine = EngineReport("warm_kv", "warm_kv", "", True, "", 1 << 20, 2, 1, 1, 4.0, 4.0, 10, 5)
     replica = ReplicaStatus(
-        "r1", SpecMode.ON, SpecMode.OFF, 5.0, 4, 1, 2.8, 2, 0.1, Override.AUTO, True, False, "x"
+        "r1",
+        SpecMode.ON,
+        SpecMode.OFF,
+        5.0,
+        4,
+        1,
+        2.8,
+        2,
+        0.1,
+        Override.AUTO,
+        True,
+        False,
+        "x",
+        DecisionSource.ACTOR,
+        engine,
     )
     fleet = FleetStatus((replica,), PolicyConfig(), TickStats(1, 0.1, 1e-4, 1e-4, 2, 0), False, 3.0)
     policy = PolicyMetrics(lambda: fleet)

@@ -65,6 +65,43 @@ class BrokenEngine(HangingEngine):
         raise ConnectionError("scheduler gone")
 
 
+class HangingSwitchEngine(HangingEngine):
+    """Failure injection: state reads answer (a busy engine, ON), a speculation switch never does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.switches = 0
+
+    def get_speculation_state(self) -> Any:
+        self.calls += 1
+        return _state(running=9)
+
+    def set_speculation(self, enabled: bool) -> None:
+        self.switches += 1
+        self.release.wait(30)
+
+
+def _state(**fields: Any) -> Any:
+    from patched_worker.state import SpeculationState, Strategy
+
+    base: dict[str, Any] = dict(
+        enabled=True,
+        requested=True,
+        strategy=Strategy.WARM_KV,
+        steps=3,
+        topk=1,
+        draft_tokens=4,
+        toggles=0,
+        accept_length_ema=2.5,
+        on_steps=10,
+        off_steps=0,
+        resyncs=0,
+        running=4,
+        waiting=0,
+    )
+    return SpeculationState(**{**base, **fields})
+
+
 def _loop(engine: Any, timeout_s: float = 0.3) -> SpeculationLoop:
     client = PolicyClient("r1", "no-such-actor", PolicyConfig(high=4, low=1), fail_after=2, timeout_s=0.2)
     return SpeculationLoop(engine, client, "r1", tick_s=0.05, probe_timeout_s=timeout_s)  # type: ignore[arg-type]
@@ -81,7 +118,9 @@ def test_a_hung_engine_fails_the_health_check_in_time_and_probes_never_pile_up()
             with pytest.raises(EngineUnhealthy, match="did not answer a state probe within 0.3 s"):
                 await loop.check_health()
             took.append(time.monotonic() - started)
-        assert await loop.tick() is None and "state read failed" in (loop.last_error or "")
+        # a tick's state read times out the same way: counted, said in one line, not a hang
+        assert await loop.tick() is None and loop.control_timeouts == 1
+        assert "get_speculation_state got no answer from the engine within 0.3 s" in (loop.last_error or "")
         engine.release.set()
         return took
 
@@ -153,3 +192,58 @@ def test_decode_rate_is_tokens_over_decode_seconds_between_two_states() -> None:
     assert _decode_rate(before, after) == (300 / 1.5, 4.0)
     assert _decode_rate(None, after) == (None, None)
     assert _decode_rate(after, after) == (None, None)  # no decode step in between: nothing measured
+
+
+def test_a_switch_that_times_out_is_logged_counted_reported_and_retried_next_tick(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = HangingSwitchEngine()
+    loop = _loop(engine)  # control timeout 0.3 s; the policy is unreachable: local rule, high=4
+
+    async def run() -> list[float]:
+        took = []
+        for _ in range(4):
+            started = time.monotonic()
+            await loop.tick()
+            took.append(time.monotonic() - started)
+        return took
+
+    with caplog.at_level("WARNING", logger="deployments.replica_loop"):
+        took = asyncio.run(run())
+    engine.release.set()
+    # tick 1 keeps the cached mode (ON); ticks 2-4 decide OFF locally (load 9 >= 4) and try to switch
+    assert engine.switches == 3 and loop.control_timeouts == 3 and loop.applied_flips == 0
+    assert max(took) < 5.0, took  # the timeout, not the hang (30 s)
+    lines = [r.getMessage() for r in caplog.records if "set_speculation got no answer" in r.getMessage()]
+    assert len(lines) == 3 and "within 0.3 s" in lines[0] and "\n" not in lines[0]
+    report = loop._observation(_state(running=9))  # noqa: SLF001 - what the next report carries
+    assert report.engine is not None and report.engine.control_timeouts == 3
+    assert report.policy_source is DecisionSource.LOCAL_FALLBACK  # the source it followed, as reported
+
+
+def test_the_report_carries_the_engine_state_and_the_source_followed() -> None:
+    engine = HangingSwitchEngine()
+    loop = _loop(engine)
+    state = _state(
+        toggles=3,
+        resyncs=2,
+        resyncs_timed=1,
+        resync_ms_total=4.5,
+        last_resync_ms=4.5,
+        on_steps=30,
+        off_steps=12,
+        off_cuda_graphs=False,
+        off_cuda_graphs_note="cpu: no CUDA graphs",
+        sglang_version="0.5.17",
+    )
+    obs = loop._observation(state)  # noqa: SLF001
+    assert obs.policy_source is None  # no answer yet
+    e = obs.engine
+    assert e is not None
+    assert (e.toggles, e.resyncs, e.resyncs_timed, e.resync_ms_total, e.last_resync_ms) == (3, 2, 1, 4.5, 4.5)
+    assert (e.on_steps, e.off_steps, e.strategy, e.strategy_fallback) == (30, 12, "warm_kv", "")
+    assert (e.off_cuda_graphs, e.off_cuda_graphs_reason, e.control_timeouts) == (
+        False,
+        "cpu: no CUDA graphs",
+        0,
+    )

@@ -88,6 +88,10 @@ def test_streaming_matches_the_non_streamed_answer_and_reports_usage_when_asked(
 
 # -- status, control, metrics ---------------------------------------------------------------------
 def test_status_lists_every_replica_with_the_documented_fields(app: LocalApp) -> None:
+    # a replica's first report goes out before any answer: policy_source is reported from the second
+    wait_until(
+        lambda: all(r["policy_source"] == "actor" for r in app.client.replicas()), 15, why="sources reported"
+    )
     status = app.client.status()
     assert len(status["replicas"]) == 2 and status["policy"]["enabled"] is True
     for r in status["replicas"]:
@@ -104,6 +108,11 @@ def test_status_lists_every_replica_with_the_documented_fields(app: LocalApp) ->
             "policy_source",
         } <= set(r)
         assert r["mode"] in ("on", "off") and r["patched"] is True and r["policy_source"] == "actor"
+        engine = r["engine"]  # the engine's switch state as the replica reported it
+        assert engine["strategy"] == engine["strategy_configured"] == "warm_kv"
+        assert engine["strategy_fallback"] == "" and engine["sglang_version"] == "0.5.17"
+        assert engine["off_cuda_graphs"] is False and engine["off_cuda_graphs_reason"]  # cpu: eager, says why
+        assert set(engine["decode_steps"]) == {"on", "off"} and engine["control_timeouts"] == 0
 
 
 def test_override_needs_the_bearer_token_and_is_honoured_with_it(app: LocalApp) -> None:
@@ -117,8 +126,11 @@ def test_override_needs_the_bearer_token_and_is_honoured_with_it(app: LocalApp) 
 
     assert app.client.send_override("off", rid).json() == {"replica_ids": [rid], "mode": "off"}
     wait_until(lambda: _modes(app)[rid] == "off", 15, why="forced replica OFF")
-    mine = next(r for r in app.client.replicas() if r["replica_id"] == rid)
-    assert mine["override"] == "off" and mine["desired_mode"] == "off"
+    mine = lambda: next(r for r in app.client.replicas() if r["replica_id"] == rid)  # noqa: E731
+    assert mine()["override"] == "off" and mine()["desired_mode"] == "off"
+    # the replica reports that it follows an operator override (not inferred by the actor)
+    wait_until(lambda: mine()["policy_source"] == "override", 15, why="override reported as the source")
+    assert f'specflip_policy_source{{replica="{rid}",source="override"}} 1.0' in app.client.metrics()
     assert f'specflip_policy_overridden{{replica="{rid}"}} 1.0' in app.client.metrics()
     _complete(app, "def add(a, b):")  # the forced replica still serves
     assert app.client.send_override("auto", rid).status_code == 200
@@ -278,3 +290,8 @@ def test_metrics_are_prometheus_text_with_request_latency_and_per_replica_series
     for rid in _modes(app):
         for series in ("actual_mode", "desired_mode", "running", "waiting", "accept_length", "flips_total"):
             assert f'specflip_policy_{series}{{replica="{rid}"}}' in text, (series, rid)
+        for series in ("toggles_total", "resyncs_total", "resync_seconds_total", "control_timeouts_total"):
+            assert f'specflip_engine_{series}{{replica="{rid}"}}' in text, (series, rid)
+        for mode in ("on", "off"):
+            assert f'specflip_engine_decode_steps_total{{mode="{mode}",replica="{rid}"}}' in text, rid
+        assert re.search(rf'specflip_engine_off_cuda_graphs{{reason="[^"]+",replica="{rid}"}} 0.0', text)

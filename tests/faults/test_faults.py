@@ -169,8 +169,8 @@ def test_killing_one_replica_fails_only_its_in_flight_requests_and_the_policy_fo
     assert all("Traceback" not in f.detail and "OOM" not in f.detail for f in failures), failures
     # forgotten within the TTL of its last report (it stopped reporting when it was killed)
     (dead,) = gone
-    # a dead replica is never shown as deciding locally: the actor cannot know, so "unknown"
-    assert stale_sources == {"unknown"}, stale_sources
+    # a dead replica is never shown as deciding locally: its report is stale, so "stale"
+    assert stale_sources == {"stale"}, stale_sources
     assert gone[dead] - killed_at[0] <= TTL_S + 5, gone[dead] - killed_at[0]
     # the replacement reports to the actor and runs the mode the policy wants for it
     (new,) = {r["replica_id"] for r in app.client.replicas()} - old_ids

@@ -100,6 +100,7 @@ def test_locust_workers_wait_for_their_context_when_model_discovery_is_slow(tmp_
     still discovering the model (a loaded server answers /v1/models slowly) must not fail them."""
     from loadtests.config import LoadConfig
     from loadtests.locust_run import run_locust
+    from loadtests.metrics import CANCELLED
 
     port = free_port()
     cmd = [sys.executable, "-m", "loadtests.nullserver", "--port", str(port), "--processes", "1",
@@ -111,7 +112,10 @@ def test_locust_workers_wait_for_their_context_when_model_discovery_is_slow(tmp_
         run = run_locust(f"http://127.0.0.1:{port}", cfg, tmp_path / "run", processes=3)
         log = (tmp_path / "run" / "locust.log").read_text()
         assert "context not initialised" not in log
-        assert run.returncode == 0 and run.records and all(r.ok for r in run.records)
+        assert run.returncode == 0 and run.records
+        # requests cut by the end of the run are recorded as cancelled; every other one succeeded
+        failed = [r for r in run.records if not r.ok and r.error != CANCELLED]
+        assert not failed, failed[:3]
         # every worker process sent requests (one JSONL file each)
         assert len(list((tmp_path / "run").glob("requests-*.jsonl"))) == 3
     finally:

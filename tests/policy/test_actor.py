@@ -210,13 +210,15 @@ def test_an_operator_override_outlives_an_actor_restart(ray_cluster: None) -> No
     _until(lambda: tick().source is DecisionSource.ACTOR, 30)
     ray.get(actor.set_override.remote("r", Override.FORCE_OFF))
     _until(lambda: tick().desired is OFF, 30)
+    assert tick().source is DecisionSource.OVERRIDE  # the actor answers with the operator's word
 
     ray.kill(actor, no_restart=False)
     _until(lambda: tick().source is DecisionSource.LOCAL_FALLBACK, 30, every_s=0.05)
     local = tick()
     assert (local.desired, local.overridden) == (OFF, True) and "override off kept" in local.reason
 
-    _until(lambda: tick().source is DecisionSource.ACTOR, 60, every_s=0.2)
+    # the restarted actor takes the override back from the replica's report and answers with it
+    _until(lambda: tick().source is DecisionSource.OVERRIDE, 60, every_s=0.2)
     ray.get(actor.tick_now.remote())
     back = tick()
     assert (back.desired, back.overridden) == (OFF, True)

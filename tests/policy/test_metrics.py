@@ -6,8 +6,8 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from policy.fleet import FleetView
-from policy.metrics import PREFIX, PolicyMetrics
-from policy.types import Override, PolicyConfig
+from policy.metrics import ENGINE_PREFIX, PREFIX, PolicyMetrics
+from policy.types import DecisionSource, EngineReport, Override, PolicyConfig
 
 from .helpers import obs
 
@@ -50,3 +50,55 @@ def test_each_actor_has_its_own_registry_not_the_global_one() -> None:
     a, b = PolicyMetrics(lambda: fleet.status(0)), PolicyMetrics(lambda: fleet.status(0))
     assert a.registry is not b.registry and a.registry is not REGISTRY
     assert all(not name.startswith(PREFIX) for name in REGISTRY._names_to_collectors)  # type: ignore[attr-defined]
+
+
+def _labelled(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    }
+
+
+def test_engine_state_and_policy_source_are_what_each_replica_reported() -> None:
+    from dataclasses import replace
+
+    fleet = FleetView(PolicyConfig(stale_after_s=5, ttl_s=30), started_at=0.0)
+    clock = [0.0]
+    metrics = PolicyMetrics(lambda: fleet.status(clock[0]))
+    eager = EngineReport(
+        "full_extend", "warm_kv", "draft layout", False, "capture failed", None, 3, 2, 1, 5.0, 5.0, 7, 4, 2
+    )
+    fleet.report(replace(obs("a", 1, at=0), policy_source=DecisionSource.OVERRIDE, engine=eager), now=0)
+    fleet.report(replace(obs("b", 1, at=0), policy_source=DecisionSource.LOCAL_FALLBACK), now=0)
+    text = metrics.text()
+    assert _labelled(text, ENGINE_PREFIX + "off_cuda_graphs") == {
+        (("reason", "capture failed"), ("replica", "a")): 0.0
+    }
+    assert _labelled(text, ENGINE_PREFIX + "strategy") == {
+        (("configured", "warm_kv"), ("replica", "a"), ("strategy", "full_extend")): 1.0
+    }
+    s = _samples(text)
+    assert (
+        s[(ENGINE_PREFIX + "strategy_fallback", "a")] == 1.0
+        and s[(ENGINE_PREFIX + "toggles_total", "a")] == 3
+    )
+    assert (
+        s[(ENGINE_PREFIX + "resyncs_total", "a")] == 2
+        and s[(ENGINE_PREFIX + "resync_seconds_total", "a")] == 0.005
+    )
+    assert s[(ENGINE_PREFIX + "control_timeouts_total", "a")] == 2
+    assert (ENGINE_PREFIX + "off_cuda_graphs_bytes", "a") not in s  # no graphs: no size
+    assert (ENGINE_PREFIX + "toggles_total", "b") not in s  # b reported no engine state (unpatched)
+    steps = _labelled(text, ENGINE_PREFIX + "decode_steps_total")
+    assert steps == {(("mode", "on"), ("replica", "a")): 7, (("mode", "off"), ("replica", "a")): 4}
+    assert _labelled(text, PREFIX + "source") == {
+        (("replica", "a"), ("source", "override")): 1.0,
+        (("replica", "b"), ("source", "local_fallback")): 1.0,
+    }
+    clock[0] = 6.0  # both reports are stale now: the source the actor knows is too old to show
+    assert set(_labelled(metrics.text(), PREFIX + "source")) == {
+        (("replica", "a"), ("source", "stale")),
+        (("replica", "b"), ("source", "stale")),
+    }

@@ -1,0 +1,153 @@
+"""Structured-output request handling, pure (no engine): what SGLang gets per field, the 400s and
+their messages on both data paths, tool-call answers. The HTTP behaviour on the real app is in
+test_serve_structured.py (ingress) and test_serve_direct.py (direct)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from deployments import structured
+from deployments.defaults import cpu_demo_config
+from deployments.direct import structured_check
+from deployments.ray_compat import ChatCompletionRequest, CompletionRequest
+from deployments.structured import ToolCalls, check_structured, sampling_params
+
+MSG = [{"role": "user", "content": "hi"}]
+TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
+
+
+def chat(**fields: Any) -> Any:
+    return ChatCompletionRequest.model_validate({"model": "m", "messages": MSG, **fields})
+
+
+def text(**fields: Any) -> Any:
+    return CompletionRequest.model_validate({"model": "m", "prompt": "x", **fields})
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        (text(regex="a+"), {"regex": "a+"}),
+        (text(ebnf='root ::= "a"'), {"ebnf": 'root ::= "a"'}),
+        (text(json_schema=json.dumps(SCHEMA)), {"json_schema": json.dumps(SCHEMA)}),
+        (chat(response_format={"type": "json_object"}), {"json_schema": '{"type": "object"}'}),
+        (
+            chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}}),
+            {"json_schema": json.dumps(SCHEMA)},
+        ),
+        (chat(response_format={"type": "text"}), {}),
+        (chat(logit_bias={"5": 10}), {"logit_bias": {"5": 10}}),
+        (chat(stop_regex="ab+"), {"stop_regex": "ab+"}),
+        (chat(tools=[TOOL], tool_choice="none"), {}),
+    ],
+    ids=lambda v: "" if isinstance(v, dict) else None,
+)
+def test_each_field_reaches_sglang_as_its_sampling_param(request_: Any, expected: dict[str, Any]) -> None:
+    assert sampling_params(request_) == expected
+
+
+def test_tool_calls_are_constrained_to_sglangs_json_array_and_parsed_back() -> None:
+    request = chat(tools=[TOOL], tool_choice="required", parallel_tool_calls=False)
+    schema = json.loads(sampling_params(request)["json_schema"])
+    assert schema["type"] == "array" and schema["maxItems"] == 1
+    assert schema["items"]["anyOf"][0]["properties"]["name"]["enum"] == ["add"]
+    calls = structured.parse_tool_calls('[{"name": "add", "parameters": {"a": 1}}]')
+    message, finish = structured.tool_call_message("...", "stop", calls)
+    assert finish == "tool_calls" and message["content"] is None
+    assert message["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 1}'}
+    # cut off at max_tokens: the text comes back as content, no tool_calls
+    message, finish = structured.tool_call_message('[{"name": "ad', "length", None)
+    assert finish == "length" and message == {"role": "assistant", "content": '[{"name": "ad'}
+
+
+@pytest.mark.parametrize(
+    ("request_", "tool_calls", "words"),
+    [
+        (text(regex="a", json_schema="{}"), ToolCalls.JSON_ARRAY, "regex and json_schema"),
+        (chat(tools=[TOOL]), ToolCalls.JSON_ARRAY, "tool_choice 'auto'"),
+        (chat(tools=[TOOL], tool_choice="required"), ToolCalls.NONE, "tools: SGLang's server"),
+        (chat(tools=[TOOL]), ToolCalls.NONE, "engine.extra.tool_call_parser"),
+        (chat(tool_choice="required"), ToolCalls.JSON_ARRAY, "tool_choice requires tools"),
+        (chat(logit_bias={"x": 1}), ToolCalls.JSON_ARRAY, "logit_bias keys must be token ids"),
+        (chat(logit_bias={"5": 101}), ToolCalls.JSON_ARRAY, "logit_bias values must be between"),
+        (text(stop_regex="("), ToolCalls.JSON_ARRAY, "stop_regex '(' is not a valid"),
+        (text(json_schema="[]"), ToolCalls.JSON_ARRAY, "json_schema must be a JSON schema"),
+    ],
+)
+def test_what_cannot_be_honoured_is_refused_naming_the_field(
+    request_: Any, tool_calls: ToolCalls, words: str
+) -> None:
+    reason = check_structured(request_, vocab_size=1000, tool_calls=tool_calls)
+    assert reason is not None and words in reason, reason
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        chat(tools=[TOOL]),  # auto: SGLang's parser finds calls in free text
+        chat(tools=[TOOL], tool_choice="required"),
+        chat(tools=[TOOL], tool_choice="none"),
+    ],
+)
+def test_with_sglangs_tool_call_parser_tool_calls_are_sglangs_business(request_: Any) -> None:
+    assert check_structured(request_, tool_calls=ToolCalls.SGLANG_PARSER) is None
+
+
+# -- the direct data path's guard (raw bodies, the model's vocabulary, xgrammar) ------------------
+@pytest.fixture(scope="module")
+def direct_check(model_pair: Any) -> Any:
+    return structured_check(cpu_demo_config((model_pair.target, model_pair.draft)))
+
+
+CHAT, TEXT = "/v1/chat/completions", "/v1/completions"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "words"),
+    [
+        (CHAT, {"messages": MSG, "json_schema": "{}"}, "json_schema is not a field of /v1/chat/completions"),
+        (TEXT, {"prompt": "x", "tools": [TOOL], "tool_choice": "required"}, "tools is not a field"),
+        (CHAT, {"messages": MSG, "tools": [TOOL], "tool_choice": "required"}, "tools: SGLang's server"),
+        (TEXT, {"prompt": "x", "logit_bias": {"99999": 1}}, "outside the vocabulary"),
+        (TEXT, {"prompt": "x", "regex": "(a"}, "regex: Failed to compile regex grammar: Regex parsing"),
+        (TEXT, {"prompt": "x", "ebnf": "root ::= ("}, "ebnf: Failed to compile ebnf grammar: EBNF"),
+        (TEXT, {"prompt": "x", "json_schema": '{"type": "nonsense"}'}, "json_schema: Failed to compile json"),
+        (
+            CHAT,
+            {
+                "messages": MSG,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": 1}},
+                },
+            },
+            "response_format: Failed to compile json grammar",
+        ),
+    ],
+)
+def test_direct_guard_refuses_what_sglangs_server_would_drop_or_200(
+    direct_check: Any, path: str, body: dict[str, Any], words: str
+) -> None:
+    reason = direct_check(path, json.dumps({"model": "m", **body}).encode())
+    assert reason is not None and words in reason, reason
+    assert "/project/cpp" not in reason  # xgrammar's source location is not the client's business
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (TEXT, {"prompt": "x", "max_tokens": 4}),  # no structured field: not even parsed
+        (TEXT, {"prompt": "x", "regex": "(def|class) [a-z]+"}),
+        (CHAT, {"messages": MSG, "response_format": {"type": "json_object"}}),
+        (CHAT, {"messages": MSG, "tools": [TOOL], "tool_choice": "none"}),
+        (CHAT, {"messages": "not a list"}),  # SGLang's own request model answers this one
+    ],
+)
+def test_direct_guard_lets_through_what_sglangs_server_honours(
+    direct_check: Any, path: str, body: dict[str, Any]
+) -> None:
+    assert direct_check(path, json.dumps({"model": "m", **body}).encode()) is None
