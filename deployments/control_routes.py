@@ -86,14 +86,17 @@ class ControlRoutes:
             return error_response(
                 503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
             )
-        return JSONResponse(
-            status_document(
-                fleet,
-                enabled=self.config.policy.enabled,
-                actor_name=self.config.policy.actor_name,
-                expected_replicas=self.config.replicas.count,
-            )
+        document = status_document(
+            fleet,
+            enabled=self.config.policy.enabled,
+            actor_name=self.config.policy.actor_name,
+            expected_replicas=self.config.replicas.count,
         )
+        if self.metrics is not None:  # the ingress: its handle's router routed these
+            from deployments.routing_journal import JOURNAL
+
+            document["routing"] = {"class_routing": self.config.class_routing, **JOURNAL.snapshot()}
+        return JSONResponse(document)
 
     async def override(self, request: Request) -> Response:
         problem = check_bearer(request.headers.get("authorization"), self.token)

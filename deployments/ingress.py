@@ -31,7 +31,9 @@ from deployments.ray_compat import (
     ChatCompletionRequest,
     CompletionRequest,
     OpenAIHTTPException,
+    current_internal_request_id,
 )
+from deployments.routing_journal import JOURNAL
 from deployments.validation import check_chat, check_completion
 
 __all__ = ["ENDPOINTS", "SpecFlipIngress", "context_limit", "error_response"]
@@ -102,6 +104,7 @@ class SpecFlipIngress(OpenAiIngress):
             if client_error is None:
                 raise  # Ray's exception middleware answers (5xx)
             return client_error
+        _add_routing_headers(response)
         if isinstance(response, StreamingResponse):
             response.body_iterator = observe_stream(
                 cast(AsyncIterator[str | bytes], response.body_iterator),
@@ -125,6 +128,21 @@ class SpecFlipIngress(OpenAiIngress):
 
     async def prometheus_metrics(self) -> Response:
         return await self._control.metrics_text()
+
+
+ROUTING_HEADERS = ("x-specflip-replica", "x-specflip-mode", "x-specflip-class")
+
+
+def _add_routing_headers(response: Response) -> None:
+    """Where this request's handle call was routed (the router wrote it before the replica's first
+    chunk reached here): replica id, its mode when routed, the request's class."""
+    request_id = current_internal_request_id()
+    routed = JOURNAL.pop(request_id) if request_id else None
+    if routed is not None:
+        replica, mode, cls = ROUTING_HEADERS
+        response.headers[replica] = routed.replica_id
+        response.headers[mode] = routed.mode
+        response.headers[cls] = routed.request_class.value
 
 
 def _client_error(err: Exception) -> JSONResponse | None:

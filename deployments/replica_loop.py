@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from deployments.engine import ReplicaEngine
 from patched_worker.state import SpeculationState
+from policy.routing import ReplicaStats
 from policy.types import ClientDecision, ClientState, Observation, SpecMode
 
 __all__ = ["EngineUnhealthy", "PolicyReporter", "SpeculationLoop"]
@@ -62,6 +63,7 @@ class SpeculationLoop:
         self.last_decision: ClientDecision | None = None
         self.last_error: str | None = None
         self.applied_flips = 0
+        self.last_step_s: float | None = None  # mean decode step seconds over the last tick
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -117,6 +119,10 @@ class SpeculationLoop:
                 return None
             state = None  # engine without EAGLE: report load, never switch
         obs = self._observation(state)
+        if state is not None and self.last_state is not None:
+            steps = state.decode_steps - self.last_state.decode_steps
+            if steps > 0:
+                self.last_step_s = (state.decode_seconds - self.last_state.decode_seconds) / steps
         decision = await self._reporter.report_async(obs)
         self.last_state, self.last_decision, self.last_error = state, decision, None
         want_on = decision.desired is SpecMode.ON
@@ -156,6 +162,28 @@ class SpeculationLoop:
             accept_length=state.accept_length_ema,
             decode_tok_s=tok_s,
             decode_batch=batch,
+        )
+
+    async def routing_stats(
+        self, timeout_s: float, wall_clock: Callable[[], float] = time.time
+    ) -> ReplicaStats | None:
+        """What Serve's request router sees of this replica (`record_routing_stats`): a fresh state
+        read (the mode just requested, not the one at the last tick), else the last tick's; None
+        for an engine that cannot switch (the router then falls back to power of two)."""
+        try:
+            state: SpeculationState | None = await self.read_state(timeout_s)
+        except Exception:
+            state = self.last_state
+        if state is None or not state.patched:
+            return None
+        # a requested switch lands at the next decode step: new requests run the requested mode
+        return ReplicaStats(
+            mode=SpecMode.ON if state.requested else SpecMode.OFF,
+            running=state.running,
+            waiting=state.waiting,
+            accept_length=state.accept_length_ema,
+            step_s=self.last_step_s,
+            at=wall_clock(),
         )
 
     def describe(self) -> dict[str, Any]:

@@ -57,6 +57,9 @@ _SAMPLING_EXTRAS = (
 )
 
 
+_STATS_READ_TIMEOUT_S = 0.5  # a routing-stats state read waits this long, then uses the last tick's
+
+
 def replica_id() -> str:
     """Serve's replica id (`replica_tag`) inside a replica; a process-unique id elsewhere."""
     from ray import serve
@@ -129,10 +132,27 @@ class SpecFlipServer(SGLangServer):
         app = native_openai_app(self.engine)
         add_models_retrieve_route(app, self._llm_config)
         ControlRoutes(self.config).add_to(app)
+        app.add_middleware(_RoutingHeaders, server=self)
         return app
+
+    def current_mode(self) -> str:
+        """The mode new requests run here ("on" | "off"; "unknown" before the first state read)."""
+        state = getattr(getattr(self, "loop", None), "last_state", None)
+        if state is None or not state.patched:
+            return "unknown"
+        return "on" if state.requested else "off"
 
     async def check_health(self) -> None:
         await self.loop.check_health()
+
+    async def record_routing_stats(self) -> dict[str, Any]:
+        """Serve's request-router hook, polled every `routing.stats_period_s`: this replica's mode
+        and load for `deployments.router.SpecFlipRouter` (policy.routing.ReplicaStats)."""
+        loop = getattr(self, "loop", None)
+        if loop is None:  # still starting
+            return {}
+        stats = await loop.routing_stats(timeout_s=_STATS_READ_TIMEOUT_S)
+        return {} if stats is None else stats.to_routing_stats()
 
     def __del__(self) -> None:
         """Serve calls this on a graceful replica shutdown: stop ticking, stop the engine's processes."""
@@ -234,6 +254,28 @@ class SpecFlipServer(SGLangServer):
             },
         }
         yield f"data: {json.dumps(chunk)}\n\n"
+
+
+class _RoutingHeaders:
+    """Direct data path: every response says which replica answered and the mode it ran."""
+
+    def __init__(self, app: Any, server: SpecFlipServer) -> None:
+        self.app, self.server = app, server
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"x-specflip-replica", self.server.replica_id.encode()))
+                headers.append((b"x-specflip-mode", self.server.current_mode().encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 class EngineInputError(ValueError):
