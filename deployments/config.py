@@ -272,9 +272,10 @@ class RoutingSettings(_Frozen):
     speculation-ON replicas, batch requests to OFF replicas."""
 
     class_routing: bool = Field(
-        default=True,
+        default=False,
         description="Route by request class and replica mode (specflip's request router); false "
-        "keeps Ray Serve's power-of-two router. Only with a draft (speculative replicas).",
+        "keeps Ray Serve's power-of-two router. Only with a draft (speculative replicas). Off by "
+        "default until measured on a GPU (docs/routing.md).",
     )
     stats_period_s: float = Field(
         default=0.25,

@@ -43,7 +43,7 @@ def app(model_pair: Any) -> Iterator[LocalApp]:
         replicas={"tick_s": 0.25},
         serve={"control_token": TOKEN},
         # generous staleness: a 2-core CI box can delay the controller's stats reads by seconds
-        routing={"stats_period_s": 0.2, "stale_after_s": 10.0, "max_imbalance": 8},
+        routing={"class_routing": True, "stats_period_s": 0.2, "stale_after_s": 10.0, "max_imbalance": 8},
     )
     assert config.class_routing
     with run_local(
