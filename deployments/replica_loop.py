@@ -64,6 +64,8 @@ class SpeculationLoop:
         self.last_error: str | None = None
         self.applied_flips = 0
         self.last_step_s: float | None = None  # mean decode step seconds over the last tick
+        # latency-class requests in flight here (the server counts them; the MIXED rule sizes from them)
+        self.interactive_in_flight: Callable[[], int] = lambda: 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -162,6 +164,7 @@ class SpeculationLoop:
             accept_length=state.accept_length_ema,
             decode_tok_s=tok_s,
             decode_batch=batch,
+            interactive=self.interactive_in_flight(),
         )
 
     async def routing_stats(

@@ -112,6 +112,9 @@ class SpecFlipServer(SGLangServer):
         self.loop = SpeculationLoop(
             self.engine, reporter, self.replica_id, tick_s=r.tick_s, probe_timeout_s=r.health_timeout_s
         )
+        self._class_rule = config.routing.class_rule()
+        self._interactive = 0
+        self.loop.interactive_in_flight = lambda: self._interactive
         self.loop.start()  # the constructor runs on the replica's user event loop
 
     @classmethod
@@ -209,13 +212,30 @@ class SpecFlipServer(SGLangServer):
 
     async def chat(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
         items = self._with_usage(request, super().chat(request, raw_request_info), "chat.completion.chunk")
-        async for item in self._coalesced(request, items):
+        async for item in self._counted(request, raw_request_info, self._coalesced(request, items)):
             yield item
 
     async def completions(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
         items = self._with_usage(request, super().completions(request, raw_request_info), "text_completion")
-        async for item in self._coalesced(request, items):
+        async for item in self._counted(request, raw_request_info, self._coalesced(request, items)):
             yield item
+
+    async def _counted(
+        self, request: Any, raw_request_info: Any, items: AsyncGenerator[Any, None]
+    ) -> AsyncGenerator[Any, None]:
+        """Counts latency-class requests in flight (the same classification as the router's)."""
+        from deployments.router import request_class_of
+        from policy.routing import RequestClass
+
+        interactive = (
+            request_class_of(self._class_rule, (request, raw_request_info)) is RequestClass.INTERACTIVE
+        )
+        self._interactive += interactive
+        try:
+            async for item in items:
+                yield item
+        finally:
+            self._interactive -= interactive
 
     async def _coalesced(self, request: Any, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
         """Streams: lists of SSE chunks, one list per window (the ingress joins a list); else as is."""
