@@ -35,9 +35,19 @@ from deployments.ray_compat import (
 from deployments.routes import ENDPOINTS, install_openapi
 from deployments.server import SpecFlipServer
 
-__all__ = ["CPU_ENV", "CONFIG_ENV", "assemble", "build_app", "config_from_args", "llm_config_for"]
+__all__ = [
+    "CPU_ENV",
+    "CONFIG_ENV",
+    "ROUTER_CLASS",
+    "assemble",
+    "build_app",
+    "config_from_args",
+    "llm_config_for",
+]
 
 CONFIG_ENV = "SPECFLIP_CONFIG"
+# the replica deployment's request router (an import path: Serve imports it where handles route)
+ROUTER_CLASS = "deployments.router.SpecFlipRouter"
 # what every process that builds a CPU engine needs before sglang's kernels load (patched_worker.cpu)
 CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
 
@@ -63,20 +73,28 @@ def llm_config_for(config: SpecFlipConfig) -> LLMConfig:
     r, cuda = config.replicas, config.engine.device is Device.CUDA
     bundle: dict[str, float] = {"CPU": r.num_cpus, **({"GPU": r.num_gpus} if cuda else {})}
     actor_options: dict[str, Any] = {"num_cpus": r.num_cpus, **({"num_gpus": r.num_gpus} if cuda else {})}
+    deployment_config: dict[str, Any] = {
+        "num_replicas": r.count,
+        "max_ongoing_requests": r.max_ongoing_requests,
+        "health_check_period_s": 10,
+        "health_check_timeout_s": r.health_timeout_s + 5,
+        "graceful_shutdown_timeout_s": config.serve.graceful_shutdown_s,
+        "graceful_shutdown_wait_loop_s": 1.0,
+        "ray_actor_options": actor_options,
+    }
+    if config.class_routing:
+        deployment_config["request_router_config"] = {
+            "request_router_class": ROUTER_CLASS,
+            "request_router_kwargs": config.routing.router_kwargs(),
+            "request_routing_stats_period_s": config.routing.stats_period_s,
+            "request_routing_stats_timeout_s": max(1.0, 4 * config.routing.stats_period_s),
+        }
     return LLMConfig(
         model_loading_config={"model_id": config.model.id, "model_source": config.model.path},
         server_cls=SpecFlipServer,
         engine_kwargs={},  # the engine factory builds the engine from the specflip config
         placement_group_config={"bundles": [bundle], "strategy": "STRICT_PACK"},
-        deployment_config={
-            "num_replicas": r.count,
-            "max_ongoing_requests": r.max_ongoing_requests,
-            "health_check_period_s": 10,
-            "health_check_timeout_s": r.health_timeout_s + 5,
-            "graceful_shutdown_timeout_s": config.serve.graceful_shutdown_s,
-            "graceful_shutdown_wait_loop_s": 1.0,
-            "ray_actor_options": actor_options,
-        },
+        deployment_config=deployment_config,
         runtime_env=_runtime_env(config),
         log_engine_metrics=False,
     )

@@ -118,6 +118,10 @@ class ControlRoutes:
             expected_replicas=self.config.replicas.count,
         )
         document["policy"]["restarts"] = await self.policy_restarts()
+        if self.metrics is not None:  # the ingress: its handle's router routed these
+            from deployments.routing_journal import JOURNAL
+
+            document["routing"] = {"class_routing": self.config.class_routing, **JOURNAL.snapshot()}
         return JSONResponse(document)
 
     async def override(self, request: Request) -> Response:

@@ -32,8 +32,10 @@ from deployments.ray_compat import (
     ChatCompletionRequest,
     CompletionRequest,
     OpenAIHTTPException,
+    current_internal_request_id,
 )
 from deployments.routes import ENDPOINTS, NOT_SERVED
+from deployments.routing_journal import JOURNAL
 from deployments.structured import check_structured, misplaced_fields
 from deployments.validation import check_chat, check_completion
 
@@ -117,6 +119,7 @@ class SpecFlipIngress(OpenAiIngress):
         except Exception as err:
             client_error = _client_error(err)
             return client_error if client_error is not None else fault_response(err, request_id_of(request))
+        _add_routing_headers(response)
         if isinstance(response, StreamingResponse):
             observed = observe_stream(
                 cast(AsyncIterator[str | bytes], response.body_iterator),
@@ -168,6 +171,21 @@ class SpecFlipIngress(OpenAiIngress):
 def _not_served(name: str) -> Response:
     path, why = NOT_SERVED[name]
     return error_response(404, f"{path} is not served: {why}")
+
+
+ROUTING_HEADERS = ("x-specflip-replica", "x-specflip-mode", "x-specflip-class")
+
+
+def _add_routing_headers(response: Response) -> None:
+    """Where this request's handle call was routed (the router wrote it before the replica's first
+    chunk reached here): replica id, its mode when routed, the request's class."""
+    request_id = current_internal_request_id()
+    routed = JOURNAL.pop(request_id) if request_id else None
+    if routed is not None:
+        replica, mode, cls = ROUTING_HEADERS
+        response.headers[replica] = routed.replica_id
+        response.headers[mode] = routed.mode
+        response.headers[cls] = routed.request_class.value
 
 
 def _client_error(err: Exception) -> JSONResponse | None:

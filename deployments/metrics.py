@@ -28,6 +28,8 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from deployments.sse import SseDecoder
 
@@ -99,6 +101,7 @@ class IngressMetrics:
         self.output_tokens = Counter(
             PREFIX + "output_tokens", "Completion tokens returned", ["endpoint"], registry=r
         )
+        r.register(_RoutedCollector())
         self.policy_reachable = Gauge(
             PREFIX + "ingress_policy_reachable",
             "1 if the policy actor answered the last status/metrics call of this ingress",
@@ -112,6 +115,24 @@ class IngressMetrics:
 
     def text(self) -> str:
         return generate_latest(self.registry).decode()
+
+
+class _RoutedCollector(Collector):
+    """`specflip_routed_requests_total{class, mode}` from this process's routing journal."""
+
+    def collect(self) -> Any:
+        from deployments.routing_journal import JOURNAL
+
+        family = CounterMetricFamily(
+            PREFIX + "routed_requests",
+            "Requests the request router of this process sent, by request class and the replica's mode",
+            labels=["class", "mode"],
+        )
+        counts = {(c, m): 0 for c in ("interactive", "batch") for m in ("on", "off")}  # series exist from 0
+        counts.update(JOURNAL.counts_copy())
+        for (cls, mode), n in sorted(counts.items()):
+            family.add_metric([cls, mode], n)
+        yield family
 
 
 _METRICS: IngressMetrics | None = None

@@ -29,6 +29,8 @@ __all__ = [
     "UnsupportedRayVersion",
     "actor_restarts",
     "check_ray_version",
+    "current_internal_request_id",
+    "standalone_request_router",
     "init_sglang_server_without_engine",
     "openai_fastapi_app",
     "sglang_server_state_not_set",
@@ -93,6 +95,19 @@ from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS  # no
 from ray.llm._internal.serve.core.ingress.ingress import init as openai_fastapi_app  # noqa: E402
 from ray.llm._internal.serve.core.server.llm_server import _add_openai_models_retrieve_route  # noqa: E402
 from ray.llm._internal.serve.engines.sglang import SGLangServer  # noqa: E402
+from ray.serve.context import _get_serve_request_context  # noqa: E402
+
+# - _get_serve_request_context: the internal request id of the request a replica is handling; a
+#   handle call made while handling it carries the same id to the request router
+#   (`RequestMetadata.internal_request_id`), so the ingress can find where its router sent it
+#   (deployments.routing_journal). Ray 2.60's public request context has no internal id (the
+#   public request_id can be set by clients, so it can collide). Goes when Serve exposes the
+#   replica a DeploymentResponse was routed to.
+
+
+def current_internal_request_id() -> str | None:
+    """Serve's internal id of the request being handled here (None outside a request)."""
+    return _get_serve_request_context()._internal_request_id or None
 
 
 def add_models_retrieve_route(app: Any, llm_config: Any) -> None:
@@ -182,3 +197,27 @@ def actor_restarts(handle: Any) -> int | None:
         return None
     value = info.get("NumRestarts") if isinstance(info, dict) else None
     return int(value) if isinstance(value, int) else None
+
+
+# - DeploymentID, DeploymentHandleSource: what RequestRouter's constructor takes; Serve builds
+#   routers itself, so its public API has no way to build one outside a running app. Used only
+#   to time and test a router in a plain process (loadtests/bench/routing_cost.py). Goes when
+#   ray.serve.request_router exports them (ReplicaID already is).
+from ray.serve._private.common import DeploymentHandleSource, DeploymentID  # noqa: E402
+
+
+def standalone_request_router(
+    router_cls: Any, deployment: str = "SpecFlipServer", app: str = "default", **state: Any
+) -> tuple[Any, Any]:
+    """(a router of `router_cls` outside Serve with `initialize_state(**state)` run, a function
+    `replica_id(unique_id)` making ReplicaIDs of its deployment)."""
+    from ray.serve.request_router import ReplicaID
+
+    deployment_id = DeploymentID(name=deployment, app_name=app)
+    router = router_cls(
+        deployment_id=deployment_id,
+        handle_source=DeploymentHandleSource.UNKNOWN,
+        use_replica_queue_len_cache=True,
+    )
+    router.initialize_state(**state)
+    return router, lambda unique_id: ReplicaID(unique_id=unique_id, deployment_id=deployment_id)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from deployments.engine import ReplicaEngine
 from patched_worker.state import SpeculationState
+from policy.routing import ReplicaStats
 from policy.types import ClientDecision, ClientState, EngineReport, Observation, SpecMode
 
 __all__ = ["EngineUnhealthy", "PolicyReporter", "SpeculationLoop"]
@@ -68,6 +69,9 @@ class SpeculationLoop:
         self.last_error: str | None = None
         self.applied_flips = 0
         self.control_timeouts = 0  # control calls that got no answer in time
+        self.last_step_s: float | None = None  # mean decode step seconds over the last tick
+        # latency-class requests in flight here (the server counts them; the MIXED rule sizes from them)
+        self.interactive_in_flight: Callable[[], int] = lambda: 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -126,6 +130,10 @@ class SpeculationLoop:
                 return None
             state = None  # engine without EAGLE: report load, never switch
         obs = self._observation(state)
+        if state is not None and self.last_state is not None:
+            steps = state.decode_steps - self.last_state.decode_steps
+            if steps > 0:
+                self.last_step_s = (state.decode_seconds - self.last_state.decode_seconds) / steps
         decision = await self._reporter.report_async(obs)
         self.last_state, self.last_decision, self.last_error = state, decision, None
         want_on = decision.desired is SpecMode.ON
@@ -181,6 +189,29 @@ class SpeculationLoop:
             decode_batch=batch,
             policy_source=None if self.last_decision is None else self.last_decision.source,
             engine=_engine_report(state, self.control_timeouts),
+            interactive=self.interactive_in_flight(),
+        )
+
+    async def routing_stats(
+        self, timeout_s: float, wall_clock: Callable[[], float] = time.time
+    ) -> ReplicaStats | None:
+        """What Serve's request router sees of this replica (`record_routing_stats`): a fresh state
+        read (the mode just requested, not the one at the last tick), else the last tick's; None
+        for an engine that cannot switch (the router then falls back to power of two)."""
+        try:
+            state: SpeculationState | None = await self.read_state(timeout_s)
+        except Exception:
+            state = self.last_state
+        if state is None or not state.patched:
+            return None
+        # a requested switch lands at the next decode step: new requests run the requested mode
+        return ReplicaStats(
+            mode=SpecMode.ON if state.requested else SpecMode.OFF,
+            running=state.running,
+            waiting=state.waiting,
+            accept_length=state.accept_length_ema,
+            step_s=self.last_step_s,
+            at=wall_clock(),
         )
 
     def describe(self) -> dict[str, Any]:

@@ -70,6 +70,9 @@ _SAMPLING_EXTRAS = (
 )
 
 
+_STATS_READ_TIMEOUT_S = 0.5  # a routing-stats state read waits this long, then uses the last tick's
+
+
 def replica_id() -> str:
     """Serve's replica id (`replica_tag`) inside a replica; a process-unique id elsewhere."""
     from ray import serve
@@ -128,6 +131,9 @@ class SpecFlipServer(SGLangServer):
             probe_timeout_s=r.health_timeout_s,
             control_timeout_s=r.control_timeout_s,
         )
+        self._class_rule = config.routing.class_rule()
+        self._interactive = 0
+        self.loop.interactive_in_flight = lambda: self._interactive
         self.loop.start()  # the constructor runs on the replica's user event loop
 
     @classmethod
@@ -144,7 +150,9 @@ class SpecFlipServer(SGLangServer):
         (deployments.direct: SGLang's OpenAI routes on this engine, guarded, and specflip's routes)."""
         from deployments.direct import direct_app
 
-        return direct_app(self.engine, self.config, self._llm_config)
+        app = direct_app(self.engine, self.config, self._llm_config)
+        app.add_middleware(_RoutingHeaders, server=self)
+        return app
 
     async def describe(self) -> dict[str, Any]:
         """This replica's own view (mode, desired mode, policy source: actor, actor_cached or
@@ -152,8 +160,24 @@ class SpecFlipServer(SGLangServer):
         replica that stopped reporting."""
         return self.loop.describe()
 
+    def current_mode(self) -> str:
+        """The mode new requests run here ("on" | "off"; "unknown" before the first state read)."""
+        state = getattr(getattr(self, "loop", None), "last_state", None)
+        if state is None or not state.patched:
+            return "unknown"
+        return "on" if state.requested else "off"
+
     async def check_health(self) -> None:
         await self.loop.check_health()
+
+    async def record_routing_stats(self) -> dict[str, Any]:
+        """Serve's request-router hook, polled every `routing.stats_period_s`: this replica's mode
+        and load for `deployments.router.SpecFlipRouter` (policy.routing.ReplicaStats)."""
+        loop = getattr(self, "loop", None)
+        if loop is None:  # still starting
+            return {}
+        stats = await loop.routing_stats(timeout_s=_STATS_READ_TIMEOUT_S)
+        return {} if stats is None else stats.to_routing_stats()
 
     def __del__(self) -> None:
         """Serve calls this on a graceful replica shutdown: stop ticking, stop the engine's processes."""
@@ -261,7 +285,7 @@ class SpecFlipServer(SGLangServer):
         else:
             answer = super().chat(request, raw_request_info)
         items = self._with_usage(request, answer, "chat.completion.chunk")
-        async for item in self._coalesced(request, items):
+        async for item in self._counted(request, raw_request_info, self._coalesced(request, items)):
             yield item
 
     async def _tool_calls(self, request: Any) -> AsyncGenerator[Any, None]:
@@ -303,8 +327,25 @@ class SpecFlipServer(SGLangServer):
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
             request.prompt = [prompt]  # one token-id prompt, not a list of one-token prompts
         items = self._with_usage(request, super().completions(request, raw_request_info), "text_completion")
-        async for item in self._coalesced(request, items):
+        async for item in self._counted(request, raw_request_info, self._coalesced(request, items)):
             yield item
+
+    async def _counted(
+        self, request: Any, raw_request_info: Any, items: AsyncGenerator[Any, None]
+    ) -> AsyncGenerator[Any, None]:
+        """Counts latency-class requests in flight (the same classification as the router's)."""
+        from deployments.router import request_class_of
+        from policy.routing import RequestClass
+
+        interactive = (
+            request_class_of(self._class_rule, (request, raw_request_info)) is RequestClass.INTERACTIVE
+        )
+        self._interactive += interactive
+        try:
+            async for item in items:
+                yield item
+        finally:
+            self._interactive -= interactive
 
     async def _coalesced(self, request: Any, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
         """Streams: lists of SSE chunks, one list per window (the ingress joins a list); else as is."""
@@ -343,6 +384,28 @@ class SpecFlipServer(SGLangServer):
             },
         }
         yield f"data: {json.dumps(chunk)}\n\n"
+
+
+class _RoutingHeaders:
+    """Direct data path: every response says which replica answered and the mode it ran."""
+
+    def __init__(self, app: Any, server: SpecFlipServer) -> None:
+        self.app, self.server = app, server
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"x-specflip-replica", self.server.replica_id.encode()))
+                headers.append((b"x-specflip-mode", self.server.current_mode().encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 class EngineInputError(ValueError):

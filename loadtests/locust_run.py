@@ -75,12 +75,17 @@ class LocustRun:
 
 
 def locust_command(
-    host: str, config_path: Path, csv_prefix: Path, stop_timeout: float, processes: int = 1
+    host: str,
+    config_path: Path,
+    csv_prefix: Path,
+    stop_timeout: float,
+    processes: int = 1,
+    locustfile: Path = LOCUSTFILE,
 ) -> list[str]:
     # --processes N forks N worker processes (one core each) under a master that runs the shape
     extra = ["--processes", str(processes)] if processes > 1 else []
     return [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", host,
+        sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--host", host,
         "--csv", str(csv_prefix), "--only-summary", "--exit-code-on-error", "0",
         "--stop-timeout", f"{stop_timeout:g}", "--loglevel", "WARNING", "--lt-config", str(config_path), *extra,
     ]  # fmt: skip
@@ -100,15 +105,18 @@ def run_locust(
     progress_every: float = 5.0,
     start_timeout: float = 120.0,
     processes: int = 1,
+    locustfile: Path = LOCUSTFILE,
+    env: dict[str, str] | None = None,
 ) -> LocustRun:
-    """Run the shape of `cfg` against `host`; records go to `out_dir`."""
+    """Run the shape of `cfg` against `host`; records go to `out_dir`. `locustfile` picks the users
+    (loadtests/two_class.py: interactive and batch), `env` adds to Locust's environment."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = cfg.replace(out_dir=str(out_dir))
     config_path = out_dir / "loadtest.json"
     config_path.write_text(cfg.to_json())
     log_path = out_dir / "locust.log"
-    cmd = locust_command(host, config_path, out_dir / "locust", stop_timeout, processes)
-    env = dict(os.environ)
+    cmd = locust_command(host, config_path, out_dir / "locust", stop_timeout, processes, locustfile)
+    env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
     limit = cfg.schedule.duration + stop_timeout + start_timeout
     tail = RecordTail(out_dir)

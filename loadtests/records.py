@@ -44,6 +44,10 @@ class RequestRecord:
     error: str = ""
     api: str = "chat"
     users: int = 0
+    # class routing: the class the user sent, and the replica and mode the response headers named
+    request_class: str = ""
+    replica: str = ""
+    mode: str = ""
 
     @property
     def e2e(self) -> float:

@@ -18,6 +18,7 @@ percentiles and goodput are computed from those lines, exactly, by our own code.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -106,6 +107,7 @@ class OpenAIStreamUser(FastHttpUser):
     """Sends chat/completions requests back to back, or paced for Poisson arrivals."""
 
     pacer: PoissonPacer | None = None
+    request_class = ""  # class routing: sent as the x-specflip-class header when set (two_class.py)
     network_timeout = 600.0  # per socket read; the locustfile sets it from request_timeout_s
     max_retries = 0
 
@@ -158,10 +160,11 @@ class OpenAIStreamUser(FastHttpUser):
 
     def _stream(self, url: str, body: dict[str, Any], acc: StreamAccumulator, users: int) -> RequestRecord:
         cfg = current_context().config
+        headers = {**_HEADERS, "x-specflip-class": self.request_class} if self.request_class else _HEADERS
         with self.client.post(
             url,
             data=json.dumps(body),
-            headers=_HEADERS,
+            headers=headers,
             stream=True,
             catch_response=True,
             name=cfg.api,
@@ -184,6 +187,13 @@ class OpenAIStreamUser(FastHttpUser):
             rec = acc.finish(
                 acc.done_at or time.time(), status, error=error, api=cfg.api, users=users, streamed=cfg.stream
             )
+            if self.request_class or "x-specflip-replica" in (resp.headers or {}):
+                rec = dataclasses.replace(
+                    rec,
+                    request_class=self.request_class,
+                    replica=str(resp.headers.get("x-specflip-replica") or ""),
+                    mode=str(resp.headers.get("x-specflip-mode") or ""),
+                )
             resp.request_meta["response_time"] = rec.e2e * 1000
             resp.request_meta["response_length"] = rec.output_tokens
             if rec.ok:

@@ -26,7 +26,7 @@ import numpy as np
 from policy.reports import Floats, Reports, frozen
 from policy.types import PolicyConfig
 
-__all__ = ["FitTable", "GoodputView", "Prior", "goodput_tick", "prior_for"]
+__all__ = ["FitTable", "GoodputView", "Prior", "crossover_batch", "goodput_tick", "prior_for"]
 
 _SUMS = 5  # n, sum x, sum y, sum x^2, sum xy  (x = batch, y = step seconds)
 
@@ -119,3 +119,15 @@ def goodput_tick(table: FitTable, reports: Reports, loads: Floats, config: Polic
     tok = b * np.stack([a, np.ones_like(a)]) / (base + per_req * b)  # (2, n): ON, OFF
     fits = FitTable(table.ids, frozen(sums), frozen(accept), frozen(np.where(new, at, table.fitted_at)))
     return GoodputView(fits, tok[0], tok[1], b, a)
+
+
+def crossover_batch(config: PolicyConfig, accept: Floats) -> Floats:
+    """Per replica, the batch below which the prior predicts ON faster than OFF (capped at
+    batch_cap; at least 1): tok/s ON = b*a/(on_base+on_per*b) equals b/(off_base+off_per*b)."""
+    a = np.where(np.isnan(accept), config.default_accept_length, accept)
+    num = a * config.off_step_base_s - config.on_step_base_s
+    den = config.on_step_per_req_s - a * config.off_step_per_req_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b = np.where(den > 0, num / den, np.inf)  # ON's slope no steeper: ON wins at any batch
+    b = np.where(num <= 0, 1.0, b)  # ON slower even at batch 1
+    return np.clip(b, 1.0, float(config.batch_cap))

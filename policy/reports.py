@@ -40,6 +40,7 @@ class Reports(NamedTuple):
     tok_s: Floats  # decode tok/s; 0 when not reported
     batch: Floats  # mean decode batch behind tok_s (else running)
     mode_age_s: Floats
+    interactive: Floats  # latency-class requests in flight
 
     @staticmethod
     def of(observations: Sequence[Observation]) -> Reports:
@@ -56,6 +57,7 @@ class Reports(NamedTuple):
             np.array([o.decode_tok_s or 0.0 for o in obs], dtype=float),
             np.array([o.running if o.decode_batch is None else o.decode_batch for o in obs], dtype=float),
             np.array([nan if o.mode_age_s is None else o.mode_age_s for o in obs], dtype=float),
+            np.array([o.interactive for o in obs], dtype=float),
         )
 
     def load(self, metric: LoadMetric) -> Floats:

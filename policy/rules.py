@@ -23,6 +23,11 @@ Rules:
   `batch_cap`) from a per-replica cost model fitted online (policy.costmodel); flip when
   the other mode is predicted better by more than `goodput_margin`.
 - HOLD: never wants a flip (the policy is off; overrides and min_on_replicas still apply).
+- MIXED: THRESHOLD per replica, and the fleet keeps k replicas ON where k sizes from latency-class
+  demand: ceil(interactive requests in flight / (mixed_on_fill x an ON replica's crossover batch,
+  the batch where its cost-model prior predicts OFF as fast as ON at its accept length)), at least
+  min_on_replicas. With class routing the interactive requests sit on those k; the threshold turns
+  the rest OFF under high load. Same dwell, persist, overrides, fleet limit and staleness.
 
 Step 1 runs on whole columns (numpy): one read of every observation, a few array
 operations, and Python only for the replicas that flip (1000 replicas in ~1-2 ms).
@@ -34,12 +39,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from policy.costmodel import FitTable, GoodputView, goodput_tick
+from policy.costmodel import FitTable, GoodputView, crossover_batch, goodput_tick
 from policy.reports import Floats, Reports, frozen
 from policy.state import REASONS, PolicyState, frozen_map
 from policy.types import LoadMetric, Observation, Override, PolicyConfig, Reason, Rule, SetSpeculation
 
-__all__ = ["decide", "load_of"]
+__all__ = ["decide", "load_of", "mixed_on_target"]
 
 _CODE = {r: i for i, r in enumerate(REASONS)}
 
@@ -95,7 +100,7 @@ def decide(
         gap = np.where(desired, 1.0 / ratio, ratio) - 1.0 - config.goodput_margin
     elif config.rule is Rule.HOLD:
         gap = np.full(n, -np.inf)
-    else:
+    else:  # THRESHOLD and MIXED
         gap = np.where(desired, load - config.high, config.low - load)
     raw_wish = auto & (gap >= 0.0)
     since = np.where(raw_wish, np.where(np.isnan(prev.wish_since), now, prev.wish_since), np.nan)
@@ -103,6 +108,9 @@ def decide(
     dwell_ok = np.isnan(last) | (last <= now - config.dwell_s)
     reason[wish & ~dwell_ok] = _CODE[Reason.DWELL]
 
+    min_on = config.min_on_replicas
+    if config.rule is Rule.MIXED:
+        min_on = max(min_on, mixed_on_target(rep, fresh, config))
     # fleet limits, in Python over the few replicas that want to flip
     on_count = int(np.count_nonzero(fresh & desired))
     budget = config.max_flips_per_tick if config.max_flips_per_tick is not None else n
@@ -113,7 +121,7 @@ def decide(
         turning_off = bool(desired[i])
         if budget <= 0:
             reason[i] = _CODE[Reason.FLEET_LIMIT]
-        elif turning_off and on_count <= config.min_on_replicas:
+        elif turning_off and on_count <= min_on:
             reason[i] = _CODE[Reason.MIN_ON]
         else:
             desired[i], last[i], flips[i], reason[i] = (
@@ -128,10 +136,10 @@ def decide(
             flipped[i] = True
             budget -= 1
             on_count += -1 if turning_off else 1
-    if on_count < config.min_on_replicas and budget > 0:
+    if on_count < min_on and budget > 0:
         eligible = np.flatnonzero(auto & ~desired & dwell_ok & ~flipped).tolist()
         eligible.sort(key=lambda i: (load[i], ids[i]))  # the least loaded
-        for i in eligible[: min(config.min_on_replicas - on_count, budget)]:
+        for i in eligible[: min(min_on - on_count, budget)]:
             desired[i], last[i], flips[i], reason[i] = True, now, flips[i] + 1, _CODE[Reason.MIN_ON_FLIP]
             actions.append(SetSpeculation(ids[i], True, Reason.MIN_ON_FLIP.value))
     since[desired != prev.desired_on] = np.nan  # a new desired mode (flip, override, min_on) ends the wish
@@ -149,6 +157,18 @@ def decide(
         fits=gp.table if gp is not None else state.fits,
     )
     return tuple(actions), new_state
+
+
+def mixed_on_target(rep: Reports, fresh: np.ndarray, config: PolicyConfig) -> int:
+    """MIXED: replicas to keep ON for the latency-class requests in flight on fresh replicas."""
+    demand = float(rep.interactive[fresh].sum())
+    if demand <= 0:
+        return 0
+    usable = fresh & rep.patched
+    if not usable.any():
+        return 0
+    per_on = float(np.median(crossover_batch(config, rep.accept[usable]))) * config.mixed_on_fill
+    return min(int(np.ceil(demand / max(per_on, 1.0))), int(np.count_nonzero(usable)))
 
 
 def _explain(i: int, turning_off: bool, load: Floats, gp: GoodputView | None, config: PolicyConfig) -> str:

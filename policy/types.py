@@ -56,6 +56,7 @@ class Rule(enum.Enum):
     THRESHOLD = "threshold"  # hysteresis on queue depth
     GOODPUT = "goodput"  # predicted output tok/s with vs without speculation
     HOLD = "hold"  # never proposes a flip: replicas keep their mode unless an operator overrides
+    MIXED = "mixed"  # threshold per replica, plus k replicas kept ON sized from latency-class demand
 
 
 class LoadMetric(enum.Enum):
@@ -150,6 +151,7 @@ class Observation:
     # where the mode the replica ran since its last report came from (None: no answer yet)
     policy_source: DecisionSource | None = None
     engine: EngineReport | None = None  # switch state for operators; None for an unpatched engine
+    interactive: int = 0  # latency-class requests in flight on the replica (class routing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +225,8 @@ class PolicyConfig:
     rule: Rule = _setting(
         Rule.THRESHOLD,
         "Decision rule: threshold (hysteresis on load) | goodput (predicted tok/s with vs without "
-        "speculation) | hold (never flips; overrides only).",
+        "speculation) | mixed (threshold, plus enough replicas kept ON for the latency-class "
+        "requests in flight, sized by the cost model) | hold (never flips; overrides only).",
     )
     load_metric: LoadMetric = _setting(
         LoadMetric.RUNNING_PLUS_WAITING,
@@ -241,6 +244,12 @@ class PolicyConfig:
         None, "Fleet limit: rule flips per policy tick; null = no limit (overrides never count)."
     )
     min_on_replicas: int = _setting(0, "Keep at least this many replicas ON for latency traffic.")
+    mixed_on_fill: float = _setting(
+        0.5,
+        "mixed: an ON replica is counted for this fraction of its crossover batch of latency-class "
+        "requests (the batch where the cost model predicts OFF as fast as ON); k = ceil(interactive "
+        "in flight / that).",
+    )
     stale_after_s: float = _setting(5.0, "A replica whose last report is older is never flipped.")
     goodput_margin: float = _setting(
         0.10, "goodput: flip only if the other mode is predicted better by this fraction."
@@ -287,6 +296,8 @@ def _config_problem(c: PolicyConfig) -> str | None:
         return f"persist_s must be >= 0, got {c.persist_s}"
     if c.max_flips_per_tick is not None and c.max_flips_per_tick < 1:
         return f"max_flips_per_tick must be >= 1 or None (no limit), got {c.max_flips_per_tick}"
+    if not 0 < c.mixed_on_fill <= 1:
+        return f"mixed_on_fill must be in (0, 1], got {c.mixed_on_fill}"
     if c.min_on_replicas < 0:
         return f"min_on_replicas must be >= 0, got {c.min_on_replicas}"
     if c.stale_after_s <= 0 or not 0 < c.tick_s <= 60:
@@ -315,6 +326,7 @@ _FLOAT_FIELDS = (
     "persist_s",
     "stale_after_s",
     "goodput_margin",
+    "mixed_on_fill",
     "default_accept_length",
     "off_step_base_s",
     "off_step_per_req_s",

@@ -25,9 +25,10 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from policy.fleet import FleetView
+from policy.routing import RankReason, ReplicaStats, RequestClass, RoutingConfig, rank
 from policy.sim.model import EngineModel, default_model
 from policy.sim.sources import SimRequest, make_source
-from policy.sim.trace import ClosedLoop, Trace
+from policy.sim.trace import ClosedLoop, Trace, TwoClassTrace
 from policy.types import Observation, PolicyConfig, Rule, SpecMode
 
 __all__ = ["SimConfig", "SimPolicy", "SimResult", "simulate"]
@@ -49,12 +50,18 @@ class SimConfig:
     drain_s: float = 30.0  # keep serving after the trace ends so late requests finish
     bin_s: float = 1.0  # timeline resolution
     policy: PolicyConfig = field(default_factory=PolicyConfig)  # its rule is set by SimPolicy
+    # two-class traces: route by class and mode (policy.routing.rank, as deployments.router does),
+    # else every request to the least-loaded replica
+    class_routing: bool = False
+    # SimPolicy.THRESHOLD runs this rule instead when set (Rule.MIXED: threshold plus k kept ON)
+    threshold_rule: Rule | None = None
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
 
 
 @dataclass(frozen=True)
 class SimResult:
     policy: SimPolicy
-    trace: Trace | ClosedLoop
+    trace: Trace | ClosedLoop | TwoClassTrace
     replicas: int
     end_s: float
     records: tuple[SimRequest, ...]
@@ -100,6 +107,10 @@ class _LeastQueue:
         bucket = self._buckets[self._min]
         return bucket[self._rng.randrange(len(bucket))]
 
+    @property
+    def loads(self) -> list[int]:
+        return self._load
+
     def move(self, idx: int, delta: int) -> None:
         old = self._load[idx]
         bucket = self._buckets[old]
@@ -116,7 +127,7 @@ class _LeastQueue:
 
 
 def simulate(
-    trace: Trace | ClosedLoop,
+    trace: Trace | ClosedLoop | TwoClassTrace,
     policy: SimPolicy,
     model: EngineModel | None = None,
     config: SimConfig | None = None,
@@ -131,6 +142,8 @@ def simulate(
     fleet: FleetView | None = None
     if policy in (SimPolicy.THRESHOLD, SimPolicy.GOODPUT):
         rule = Rule.THRESHOLD if policy is SimPolicy.THRESHOLD else Rule.GOODPUT
+        if policy is SimPolicy.THRESHOLD and config.threshold_rule is not None:
+            rule = config.threshold_rule
         fleet = FleetView(
             replace(config.policy, rule=rule, batch_cap=min(config.policy.batch_cap, model.max_running))
         )
@@ -228,6 +241,8 @@ def simulate(
                 if taken is None:  # a closed-loop user starting or stopping
                     continue
                 q, pinned = taken
+                if pinned is None and config.class_routing:
+                    pinned = _class_pick(reps, router, q, t, config.routing, rng)
                 r = reps[router.pick() if pinned is None else pinned]
                 q.replica = r.idx
                 r.waiting.append(q)
@@ -248,6 +263,21 @@ def simulate(
         policy, trace, config.replicas, end, tuple(source.records), tuple(tokens), tuple(on_fraction),
         tuple(flips), tuple(decision_s), tuple(decision_cpu_s), config.bin_s,
     )  # fmt: skip
+
+
+def _class_pick(
+    reps: list[_Replica], router: _LeastQueue, q: SimRequest, t: float, cfg: RoutingConfig, rng: random.Random
+) -> int | None:
+    """The replica Serve would take under specflip's router: the shortest queue of the first rank."""
+    stats = [
+        ReplicaStats(r.pending, len(r.running) + len(r.prefilling), len(r.waiting), None, None, t)
+        for r in reps
+    ]
+    cls = RequestClass.INTERACTIVE if q.interactive else RequestClass.BATCH
+    ranking = rank(cls, stats, t, cfg, loads=[float(x) for x in router.loads], rng=rng)
+    if ranking.reason is RankReason.STALE:
+        return None
+    return ranking.ranks[0][0]
 
 
 def _tick(
@@ -277,6 +307,9 @@ def _tick(
             decode_tok_s=tok_s,
             reported_at=now,
             decode_batch=batch,
+            interactive=sum(q.interactive for q in r.waiting)
+            + sum(q.interactive for q in r.prefilling)
+            + sum(e[2].interactive for e in r.running),
         )
         r.pending = fleet.report(obs, now).desired
         r.decode_tokens = r.decode_time = r.batch_time = 0.0

@@ -12,7 +12,7 @@ import heapq
 import random
 from dataclasses import dataclass
 
-from policy.sim.trace import ClosedLoop, Trace
+from policy.sim.trace import ClosedLoop, Trace, TwoClassTrace
 
 __all__ = ["OpenSource", "SimRequest", "UserSource", "make_source"]
 
@@ -32,6 +32,7 @@ class SimRequest:
     user: int = -1  # closed-loop traces: who sent it
     first_token: float | None = None
     done: float | None = None
+    interactive: bool = False  # two-class traces: the latency class
 
     @property
     def ttft(self) -> float | None:
@@ -45,8 +46,18 @@ class SimRequest:
 
 
 class OpenSource:
-    def __init__(self, trace: Trace, seed: int) -> None:
-        self.records = [SimRequest(a.at, a.prompt_tokens, a.output_tokens) for a in trace.arrivals(seed)]
+    def __init__(self, trace: Trace | TwoClassTrace, seed: int) -> None:
+        if isinstance(trace, TwoClassTrace):
+            inter = [
+                SimRequest(a.at, a.prompt_tokens, a.output_tokens, interactive=True)
+                for a in trace.interactive.arrivals(seed)
+            ]
+            batch = [
+                SimRequest(a.at, a.prompt_tokens, a.output_tokens) for a in trace.batch.arrivals(seed + 1)
+            ]
+            self.records = sorted(inter + batch, key=lambda q: q.arrival)
+        else:
+            self.records = [SimRequest(a.at, a.prompt_tokens, a.output_tokens) for a in trace.arrivals(seed)]
         self._next = 0
 
     def next_at(self) -> float:
@@ -108,7 +119,9 @@ class UserSource:
             heapq.heappush(self._heap, (t + self._rng.expovariate(1 / self._trace.think_s), user))
 
 
-def make_source(trace: Trace | ClosedLoop, seed: int, replicas: int) -> OpenSource | UserSource:
+def make_source(
+    trace: Trace | ClosedLoop | TwoClassTrace, seed: int, replicas: int
+) -> OpenSource | UserSource:
     if isinstance(trace, ClosedLoop):
         return UserSource(trace, seed, replicas)
     return OpenSource(trace, seed)

@@ -13,7 +13,17 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["Arrival", "ClosedLoop", "Phase", "Trace", "low_high_low", "poisson", "steps", "sticky_users"]
+__all__ = [
+    "TwoClassTrace",
+    "Arrival",
+    "ClosedLoop",
+    "Phase",
+    "Trace",
+    "low_high_low",
+    "poisson",
+    "steps",
+    "sticky_users",
+]
 
 
 @dataclass(frozen=True)
@@ -170,3 +180,19 @@ def low_high_low(
             Phase("low again", phase_s, rate_rps=rate(low_tok_s)),
         )
     )
+
+
+@dataclass(frozen=True)
+class TwoClassTrace:
+    """Two open-loop traces side by side: `interactive` (latency class) and `batch` (throughput)."""
+
+    interactive: Trace
+    batch: Trace
+
+    @property
+    def duration_s(self) -> float:
+        return max(self.interactive.duration_s, self.batch.duration_s)
+
+    def bounds(self) -> list[tuple[str, float, float]]:
+        """The batch trace's phases (the flood sets the load)."""
+        return self.batch.bounds()

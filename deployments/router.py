@@ -1,0 +1,124 @@
+"""`SpecFlipRouter`: a Ray Serve request router (`ray.serve.request_router.RequestRouter`) that
+sends latency-class requests to speculation-ON replicas and throughput-class ones to OFF replicas.
+
+Ray Serve runs it wherever a handle to the replica deployment routes: in the ingress process
+(`serve.data_path: ingress`; the handle call's args are the parsed request and Ray's
+`RawRequestInfo` with the HTTP headers) or in Ray's `LLMRouter` (`direct`; HAProxy forwards the
+body, parsed into a namespace, but not the headers). The app sets it through the replica
+deployment's `request_router_config` (deployments.app). Replicas publish `ReplicaStats` through
+Serve's `record_routing_stats` (deployments.server); `policy.routing` ranks. Within a rank, Ray's
+own machinery probes queue lengths and takes the shortest queue with room.
+
+Serve pickles this module by value (RequestRouterConfig), so it holds no state of its own: what it
+routed goes to `deployments.routing_journal.JOURNAL` (imported by reference, one per process),
+which the ingress turns into response headers, `/specflip/status` and `/metrics`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+from deployments import routing_journal
+from deployments.routing_journal import UNKNOWN_MODE, Routed
+from policy.routing import ClassRule, RankReason, ReplicaStats, RequestClass, RoutingConfig, classify, rank
+from policy.types import SpecMode
+
+__all__ = ["SpecFlipRouter", "request_class_of"]
+
+
+def request_class_of(rule: ClassRule, args: Sequence[Any]) -> RequestClass:
+    """The class of a handle call's args: (request, RawRequestInfo) on the ingress path,
+    (namespace of the body,) on the direct path, () when the body had no prompt."""
+    body = args[0] if args else None
+    info = args[1] if len(args) > 1 else None
+    headers = getattr(info, "headers", None)
+    return classify(rule, body, headers if isinstance(headers, Mapping) else None)
+
+
+def _replica_tag(replica_id: ReplicaID) -> str:
+    return str(replica_id.unique_id)
+
+
+class SpecFlipRouter(RequestRouter):
+    """No FIFOMixin on purpose: with it, a replica chosen for one request is handed to the oldest
+    pending request (whatever its class); without it, Serve matches the request that asked."""
+
+    def initialize_state(self, **kwargs: Any) -> None:
+        rule = dict(kwargs.get("class_rule") or {})
+        if "default" in rule:
+            rule["default"] = RequestClass(rule["default"])
+        self.class_rule = ClassRule(**rule)
+        self.routing = RoutingConfig(**(kwargs.get("routing") or {}))
+        self._rng = random.Random()
+        self._clock = time.time
+        # parsed stats per replica, kept while Serve hands the same stats dict (it replaces the
+        # dict when a replica publishes new stats): parsing is most of a decision's cost
+        self._parsed: dict[ReplicaID, tuple[Any, ReplicaStats | None]] = {}
+
+    # -- one routing iteration ------------------------------------------------------------
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        return self.rank_candidates(candidate_replicas, pending_request)[0]
+
+    def rank_candidates(
+        self, candidates: Sequence[RunningReplica], pending_request: PendingRequest | None
+    ) -> tuple[list[list[RunningReplica]], RequestClass, RankReason]:
+        """The ranks Serve tries in order, the request's class and why (sync: the benchmark times it)."""
+        args = pending_request.args if pending_request is not None else []
+        cls = request_class_of(self.class_rule, args)
+        stats = [self._stats_of(r) for r in candidates]
+        cache = self.replica_queue_len_cache
+        loads = []
+        for r, s in zip(candidates, stats, strict=True):
+            queued = cache.get(r.replica_id)  # Serve's own count of requests sent, when fresh
+            loads.append(float(queued) if queued is not None else float(s.load) if s is not None else 0.0)
+        ranking = rank(cls, stats, self._clock(), self.routing, loads=loads, rng=self._rng)
+        if ranking.reason is RankReason.STALE:
+            return [self._power_of_two(candidates)], cls, ranking.reason
+        return [[candidates[i] for i in r] for r in ranking.ranks], cls, ranking.reason
+
+    def _stats_of(self, replica: RunningReplica) -> ReplicaStats | None:
+        raw = replica.routing_stats
+        cached = self._parsed.get(replica.replica_id)
+        if cached is not None and cached[0] is raw:
+            return cached[1]
+        parsed = ReplicaStats.from_routing_stats(raw)
+        if len(self._parsed) > 4 * max(len(self.curr_replicas), 64):  # replicas come and go
+            self._parsed.clear()
+        self._parsed[replica.replica_id] = (raw, parsed)
+        return parsed
+
+    def _power_of_two(self, candidates: Sequence[RunningReplica]) -> list[RunningReplica]:
+        """Serve's default policy: two random candidates; Serve takes the shorter queue."""
+        if len(candidates) <= 2:
+            return list(candidates)
+        return self._rng.sample(list(candidates), 2)
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
+        replica = self.curr_replicas.get(replica_id)
+        stats = ReplicaStats.from_routing_stats(replica.routing_stats) if replica is not None else None
+        fresh = stats is not None and self._clock() - stats.at <= self.routing.stale_after_s
+        mode = stats.mode.value if stats is not None and fresh else UNKNOWN_MODE
+        cls = request_class_of(self.class_rule, pending_request.args)
+        want = cls.preferred_mode.value
+        if not fresh:
+            reason = RankReason.STALE
+        elif mode == want:
+            reason = RankReason.PREFERRED
+        else:  # the other mode took it: overloaded, full, or absent preferred replicas
+            others = [ReplicaStats.from_routing_stats(r.routing_stats) for r in self.curr_replicas.values()]
+            has_preferred = any(s is not None and s.mode is SpecMode(want) for s in others)
+            reason = RankReason.IMBALANCED if has_preferred else RankReason.NO_PREFERRED
+        routing_journal.JOURNAL.record(  # through the module: an instance would be pickled by value
+            pending_request.metadata.internal_request_id,
+            Routed(_replica_tag(replica_id), mode, cls, reason),
+        )

@@ -1,0 +1,66 @@
+"""What this process's request router routed: per request (by Serve's internal request id) the
+replica and its mode, and counts by class and mode. The ingress reads it for response headers,
+`/specflip/status` and `/metrics` (deployments.router writes it; it lives apart because Serve
+pickles the router's module by value, and a copy of this state would be no use to the ingress).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from policy.routing import RankReason, RequestClass
+
+__all__ = ["JOURNAL", "UNKNOWN_MODE", "Routed", "RoutingJournal"]
+
+UNKNOWN_MODE = "unknown"  # a replica that publishes no stats yet
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """Where one request went."""
+
+    replica_id: str  # Serve's replica tag (what /specflip/status and overrides use)
+    mode: str  # "on" | "off" | "unknown": the replica's mode in its stats when routed
+    request_class: RequestClass
+    reason: RankReason
+
+
+class RoutingJournal:
+    """The last `size` routing decisions by Serve's internal request id; thread-safe (Serve may
+    route on its own event loop thread while the ingress handler reads)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, Routed] = OrderedDict()
+        self.counts: Counter[tuple[str, str]] = Counter()  # (class, mode) -> requests routed
+        self.reasons: Counter[str] = Counter()
+
+    def record(self, request_id: str, routed: Routed) -> None:
+        with self._lock:
+            self._entries[request_id] = routed
+            if len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+            self.counts[(routed.request_class.value, routed.mode)] += 1
+            self.reasons[routed.reason.name.lower()] += 1
+
+    def pop(self, request_id: str) -> Routed | None:
+        with self._lock:
+            return self._entries.pop(request_id, None)
+
+    def counts_copy(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self.counts)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            by_class: dict[str, dict[str, int]] = {}
+            for (cls, mode), n in sorted(self.counts.items()):
+                by_class.setdefault(cls, {})[mode] = n
+            return {"by_class_and_mode": by_class, "by_reason": dict(sorted(self.reasons.items()))}
+
+
+JOURNAL = RoutingJournal()

@@ -1,0 +1,121 @@
+"""Class routing end to end, through Ray Serve's own request router: the real app (2 CPU replicas of
+the patched engine, tiny trained pair), specflip's router configured as the replica deployment's
+`request_router_config`, a two-class Locust run (real Locust, weighted user classes).
+
+The fleet is made mixed with the override control (replica A ON, B OFF); then the modes are
+swapped and new interactive requests must follow the ON mode to the other replica."""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from deployments.defaults import cpu_demo_config
+from deployments.local import LocalApp, run_local, wait_until
+from loadtests.config import LoadConfig
+from loadtests.locust_run import run_locust
+
+pytestmark = pytest.mark.serve
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "test-control-token"
+MODEL = "specflip-tiny"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def app(model_pair: Any) -> Iterator[LocalApp]:
+    # the rule never flips (policy off): modes move only by override, so the test sets the fleet
+    config = cpu_demo_config(
+        (model_pair.target, model_pair.draft),
+        policy={"enabled": False, "tick_s": 0.25},
+        replicas={"tick_s": 0.25},
+        serve={"control_token": TOKEN},
+        # generous staleness: a 2-core CI box can delay the controller's stats reads by seconds
+        routing={"class_routing": True, "stats_period_s": 0.2, "stale_after_s": 10.0, "max_imbalance": 8},
+    )
+    assert config.class_routing
+    with run_local(
+        config, host="127.0.0.1", port=_free_port(), num_cpus=4, worker_pythonpath=str(ROOT)
+    ) as local:
+        yield local
+
+
+def _modes(app: LocalApp) -> dict[str, str]:
+    return {r["replica_id"]: r["mode"] for r in app.client.replicas()}
+
+
+def _set_fleet(app: LocalApp, on: str, off: str) -> None:
+    assert app.client.send_override("on", on).status_code == 200
+    assert app.client.send_override("off", off).status_code == 200
+    wait_until(lambda: _modes(app) == {on: "on", off: "off"}, 30, why=f"{on} ON, {off} OFF")
+
+
+def _interactive(app: LocalApp) -> httpx.Response:
+    body = {"model": MODEL, "prompt": "def add(a, b):", "max_tokens": 8, "temperature": 0}
+    r = app.client.post("/v1/completions", body, headers={"x-specflip-class": "interactive"})
+    assert r.status_code == 200, r.text
+    return r
+
+
+def _routed_total(metrics: str, cls: str, mode: str) -> float:
+    m = re.search(rf'specflip_routed_requests_total{{class="{cls}",mode="{mode}"}} ([0-9.e+]+)', metrics)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_interactive_requests_land_on_on_replicas_and_follow_a_flip(app: LocalApp, tmp_path: Path) -> None:
+    a, b = sorted(_modes(app))
+    _set_fleet(app, on=a, off=b)
+    # the router sees the new modes once Serve has read the replicas' routing stats
+    wait_until(lambda: _interactive(app).headers.get("x-specflip-replica") == a, 30, why="router sees A ON")
+
+    # a two-class Locust run over the mixed fleet: 2 interactive users, 2 batch users
+    cfg = LoadConfig(
+        model=MODEL,
+        api="completions",
+        input_len=16,
+        output_len=12,
+        shape="fixed:users=4,duration=15",
+    )
+    run = run_locust(
+        app.base,
+        cfg,
+        tmp_path / "two-class",
+        locustfile=ROOT / "loadtests" / "two_class.py",
+        env={"SPECFLIP_LT_INTERACTIVE_WEIGHT": "1", "SPECFLIP_LT_BATCH_WEIGHT": "1"},
+    )
+    done = [r for r in run.records if r.ok]
+    by_class = Counter(r.request_class for r in done)
+    assert by_class["interactive"] >= 5 and by_class["batch"] >= 5, by_class
+    # every interactive request went to the ON replica; batch ones to the OFF one (4 users in
+    # flight never exceed max_imbalance, so no batch request had reason to spill onto A)
+    assert {(r.replica, r.mode) for r in done if r.request_class == "interactive"} == {(a, "on")}
+    assert {(r.replica, r.mode) for r in done if r.request_class == "batch"} == {(b, "off")}
+    assert _modes(app) == {a: "on", b: "off"}  # the fleet stayed mixed throughout
+
+    # status and metrics count what was routed, per class and mode
+    status = app.client.get("/specflip/status").json()["routing"]
+    assert status["class_routing"] is True
+    assert status["by_class_and_mode"]["interactive"]["on"] >= by_class["interactive"]
+    assert status["by_class_and_mode"]["batch"]["off"] >= by_class["batch"]
+    metrics = app.client.metrics()
+    assert _routed_total(metrics, "interactive", "on") >= by_class["interactive"]
+    assert _routed_total(metrics, "interactive", "off") == 0
+
+    # flip the fleet: new interactive requests go where speculation is now ON
+    _set_fleet(app, on=b, off=a)
+    wait_until(lambda: _interactive(app).headers.get("x-specflip-replica") == b, 30, why="router sees B ON")
+    after = [_interactive(app) for _ in range(6)]
+    assert {(r.headers["x-specflip-replica"], r.headers["x-specflip-mode"]) for r in after} == {(b, "on")}
+    assert {r.headers["x-specflip-class"] for r in after} == {"interactive"}
