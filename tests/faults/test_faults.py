@@ -76,7 +76,11 @@ def test_killing_the_policy_actor_under_load_loses_no_request_and_ray_restarts_t
     before = app.client.status()["policy"]
 
     def kill() -> None:
-        ray.kill(ray.get_actor(ACTOR, namespace="serve"), no_restart=False)
+        # the actor lives in the namespace of the Ray job that started Serve (the driver's)
+        (where,) = [
+            a["namespace"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == ACTOR
+        ]
+        ray.kill(ray.get_actor(ACTOR, namespace=where), no_restart=False)
 
     def recovered() -> None:
         def back() -> bool:
@@ -161,7 +165,8 @@ def test_killing_one_replica_fails_only_its_in_flight_requests_and_the_policy_fo
 
     load, marks = _run(app, kill, recovered)
     phases = _report("replica kill", load, marks)
-    assert phases["before"]["failed"] == 0 and phases["after"]["failed"] == 0, phases
+    # requests started "before" may still be in flight on the killed replica (checked just below)
+    assert phases["after"]["failed"] == 0, phases
     # a failed request was in flight at the kill; at most the replica's share of the clients
     failures = load.failures()
     assert all(f.started <= killed_at[0] <= f.ended for f in failures), failures

@@ -73,7 +73,8 @@ def test_a_restarted_actor_is_the_same_one_and_counted_and_a_killed_one_is_recre
     actor_id = ray.get_actor(name)._actor_id
     ray.kill(ray.get_actor(name), no_restart=False)  # a crash: Ray restarts it in place
 
-    after = _eventually(lambda: _status(ingress))
+    # ray.kill is asynchronous: a call may still reach the old instance; wait for the restarted one
+    after = _eventually(lambda: _restarted(_status(ingress)))
     assert after.restarted is True
     assert ray.get_actor(name)._actor_id == actor_id
     assert asyncio.run(ingress.policy_restarts()) == 1
@@ -89,6 +90,10 @@ def _status(ingress: ControlRoutes) -> FleetStatus | None:
         return asyncio.run(ingress._ask_policy("status"))
     except Exception:  # starting or restarting: not yet
         return None
+
+
+def _restarted(status: FleetStatus | None) -> FleetStatus | None:
+    return status if status is not None and status.restarted else None
 
 
 def _eventually(what: Callable[[], FleetStatus | None], timeout_s: float = 300) -> FleetStatus:
