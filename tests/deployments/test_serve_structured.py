@@ -18,26 +18,12 @@ import jsonschema
 import pytest
 
 from deployments.local import LocalApp, wait_until
+from tests.structured_cases import EBNF, EBNF_AS_REGEX, REGEX, SCHEMA
 
 pytestmark = pytest.mark.serve
 MODEL = "specflip-tiny"
 CHAT, TEXT = "/v1/chat/completions", "/v1/completions"
 
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 8},
-        "size": {"type": "integer", "minimum": 0, "maximum": 999},
-        "kind": {"enum": ["list", "dict", "set"]},
-    },
-    "required": ["name", "size", "kind"],
-    "additionalProperties": False,
-}
-REGEX = r"(def|class) [a-z_]{2,12}\((self)?\):"
-EBNF = """root ::= ("def " | "class ") name "(" args "):"
-name ::= [a-z_]{2,12}
-args ::= "" | "self" | "self, " [a-z]{1,6}"""
-EBNF_AS_REGEX = r"(def|class) [a-z_]{2,12}\((|self|self, [a-z]{1,6})\):"
 TOOLS = [
     {
         "type": "function",

@@ -17,6 +17,7 @@ import re
 import pytest
 
 from tests.patched_worker.helpers import first_mismatch, greedy, random_schedule, submit_staggered
+from tests.structured_cases import EBNF, EBNF_AS_REGEX, REGEX, SCHEMA
 
 pytestmark = pytest.mark.engine
 
@@ -26,22 +27,6 @@ ENGINES = {  # label -> how the shared session engine is reached
     "topk4-overlap": lambda engines: engines.spec_overlap(4, 3, 8),
 }
 MAX_NEW = 48
-
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 8},
-        "size": {"type": "integer", "minimum": 0, "maximum": 999},
-        "kind": {"enum": ["list", "dict", "set"]},
-    },
-    "required": ["name", "size", "kind"],
-    "additionalProperties": False,
-}
-REGEX = r"(def|class) [a-z_]{2,12}\((self)?\):"
-EBNF = """root ::= ("def " | "class ") name "(" args "):"
-name ::= [a-z_]{2,12}
-args ::= "" | "self" | "self, " [a-z]{1,6}"""
-EBNF_AS_REGEX = r"(def|class) [a-z_]{2,12}\((|self|self, [a-z]{1,6})\):"
 
 
 def _valid_json(text: str) -> bool:
