@@ -24,7 +24,7 @@ from typing import Any
 if __package__ in (None, ""):  # run by path (locust -f): make `loadtests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import requests
+import httpx
 from locust import LoadTestShape, events
 from locust.runners import MasterRunner, WorkerRunner
 
@@ -66,7 +66,7 @@ def config_from_options(options: Any) -> LoadConfig:
 
 def discover_model(urls: HostBoundUrls, timeout: float = 30.0) -> str:
     """The first model id served at `/v1/models`."""
-    r = requests.get(urls.url("/v1/models"), timeout=timeout, allow_redirects=False)
+    r = httpx.get(urls.url("/v1/models"), timeout=timeout, follow_redirects=False)
     r.raise_for_status()
     data = r.json().get("data") or []
     if not data:

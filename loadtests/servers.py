@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import httpx
 import psutil
-import requests
 
 __all__ = ["CpuMeter", "ServerError", "ServerProcess", "tree_cpu_seconds"]
 
@@ -76,8 +76,8 @@ class ServerProcess:
             if fatal and any(line in self.tail(5) for line in fatal):
                 self.stop()
                 raise ServerError(f"{self.cmd[0]} failed before {url} answered:\n{self.tail()}")
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(url, timeout=5, allow_redirects=False).status_code == 200:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url, timeout=5, follow_redirects=False).status_code == 200:
                     return time.monotonic() - t0
             now = time.monotonic()
             if now - t0 > timeout_s:

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import psutil
 
+from loadtests.hosts import HostBoundUrls
 from loadtests.markdown import table, write_section
 
 __all__ = ["main", "slope"]
@@ -101,7 +102,7 @@ def _sample(processes: dict[str, psutil.Process]) -> dict[str, dict[str, float]]
 
 class _Load:
     def __init__(self, base: str, cycle: list[tuple[float, int]], max_tokens: int) -> None:
-        self.base, self.cycle, self.max_tokens = base, cycle, max_tokens
+        self.urls, self.cycle, self.max_tokens = HostBoundUrls(base), cycle, max_tokens
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.good: Counter[str] = Counter()
@@ -134,7 +135,7 @@ class _Load:
                     "stream": True,
                 }
                 n += 1
-                self._record_good(_stream(http, f"{self.base}/v1/completions", body))
+                self._record_good(_stream(http, self.urls.url("/v1/completions"), body))
 
     def _record_good(self, problem: str | None) -> None:
         with self.lock:
@@ -150,7 +151,7 @@ class _Load:
                 n += 1
                 try:
                     r = http.post(
-                        f"{self.base}/v1/completions",
+                        self.urls.url("/v1/completions"),
                         content=content,
                         headers={"Content-Type": "application/json"},
                     )
