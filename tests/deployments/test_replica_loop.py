@@ -167,27 +167,8 @@ def test_decode_rate_is_tokens_over_decode_seconds_between_two_states() -> None:
     from dataclasses import replace
 
     from deployments.replica_loop import _decode_rate
-    from patched_worker.state import SpeculationState, Strategy
 
-    before = SpeculationState(
-        enabled=True,
-        requested=True,
-        strategy=Strategy.WARM_KV,
-        steps=3,
-        topk=1,
-        draft_tokens=4,
-        toggles=0,
-        accept_length_ema=2.5,
-        on_steps=10,
-        off_steps=0,
-        resyncs=0,
-        running=4,
-        waiting=0,
-        decode_tokens=100,
-        decode_seconds=2.0,
-        decode_steps=10,
-        decode_requests=40,
-    )
+    before = _state(decode_tokens=100, decode_seconds=2.0, decode_steps=10, decode_requests=40)
     after = replace(before, decode_tokens=400, decode_seconds=3.5, decode_steps=40, decode_requests=160)
     assert _decode_rate(before, after) == (300 / 1.5, 4.0)
     assert _decode_rate(None, after) == (None, None)
