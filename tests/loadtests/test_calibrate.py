@@ -32,7 +32,11 @@ def test_calibration_writes_rows_ceilings_and_a_table(
         assert r["limit"] in ("client", "server", "offered")
         assert r["client_cores"] > 0
     ceiling = load_ceiling(out / "calibration.json", "locust", 1)
-    assert ceiling is not None and ceiling.chunks_s == max(r["chunks_s"] for r in rows)
+    # the best client-limited row, else the best row as a lower bound (which rows the client limited
+    # depends on the host's load): always one of the measured rows
+    assert ceiling is not None and ceiling.chunks_s in {r["chunks_s"] for r in rows}
+    limited = [r["chunks_s"] for r in rows if r["limit"] == "client"]
+    assert ceiling.chunks_s == max(limited or [r["chunks_s"] for r in rows])
     assert load_ceiling(out / "calibration.json", "locust", 8) is None
     md = (out / "calibration.md").read_text()
     assert "| locust | 1 | 16 |" in md and "ceiling chunks/s" in md
