@@ -2,11 +2,11 @@
 the tooling, and the tooling depends on the product, not the reverse.
 
 Serving = every module of deployments/, policy/ and patched_worker/ except the tooling inside
-them: the simulator (policy/sim/), model building (patched_worker/models/) and the CLI's
-subcommands. Tooling = loadtests/ (load harness, benchmarks, demo), policy.sim, patched_worker.models.
-Every import counts, including those inside functions, and so do module names passed as strings
-(importlib). The one exception: deployments/cli.py may import tooling inside a function (a
-subcommand), never at its top level.
+them: the simulator (policy/sim/) and model building (patched_worker/models/). Tooling =
+loadtests/ (load harness, benchmarks, demo, the CLI's tooling subcommands), policy.sim,
+patched_worker.models. Every import counts, including those inside functions, and so do module
+names passed as strings (importlib). The CLI reaches the tooling's subcommands through the
+`specflip.commands` entry point only.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("deployments", "policy", "patched_worker")
 TOOLING = ("loadtests", "policy.sim", "patched_worker.models")
-CLI = "deployments.cli"
 _TOOLING_NAME = re.compile(r"^(loadtests|policy\.sim|patched_worker\.models)(\.\w+)*$")
 
 
@@ -34,7 +33,7 @@ def _is_tooling(module: str) -> bool:
 
 
 PRODUCT_MODULES = sorted(_module(p) for pkg in PRODUCT for p in (ROOT / pkg).rglob("*.py"))
-SERVING = [m for m in PRODUCT_MODULES if not _is_tooling(m) and m != CLI]
+SERVING = [m for m in PRODUCT_MODULES if not _is_tooling(m)]
 
 
 def _imports(module: str) -> list[tuple[str, int, bool]]:
@@ -71,14 +70,17 @@ def test_serving_module_imports_no_tooling(module: str) -> None:
     assert not bad, f"{module} (serving) imports tooling: {bad}"
 
 
-def test_the_cli_imports_tooling_only_inside_its_subcommands() -> None:
-    imports = _imports(CLI)
-    assert any(_is_tooling(name) for name, _, _ in imports), "the CLI's subcommands drive tooling"
-    at_top = sorted({name for name, _, top in imports if top and _is_tooling(name)})
-    assert not at_top, f"{CLI} imports tooling at its top level: {at_top}"
+def test_the_cli_gets_the_tooling_subcommands_from_the_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    from deployments.cli import COMMANDS_GROUP, build_parser
+
+    assert [e.value for e in entry_points(group=COMMANDS_GROUP)] == ["loadtests.commands:register"]
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert {"serve", "demo", "models", "bench"} <= set(commands)
 
 
-@pytest.mark.parametrize("module", [m for m in PRODUCT_MODULES if m != CLI])
+@pytest.mark.parametrize("module", PRODUCT_MODULES)
 def test_product_packages_never_import_the_load_harness(module: str) -> None:
     """The simulator and model building live in product packages: they may use the product, not loadtests."""
     bad = sorted({name for name, _, _ in _imports(module) if name.split(".")[0] == "loadtests"})

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two-class run on two H200s (issue 12): interactive + batch Locust users against four setups,
+# Two-class run on two H200s: interactive + batch Locust users against four setups,
 # per class SLO attainment, TTFT/TPOT and tok/s, written to docs/benchmarks.md ("two-class routing").
 # Acceptance is simulated (SGLANG_SIMULATE_ACC_LEN=3 in the configs; random 8B-shaped weights).
 # Before it: the GPU bundle installed (../shared/gpu/README.md) and models/shapes8b built

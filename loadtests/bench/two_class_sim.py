@@ -1,4 +1,4 @@
-"""Simulator: two request classes on one fleet, with and without class routing (issue 12).
+"""Simulator: two request classes on one fleet, with and without class routing.
 
     python -m loadtests.bench.two_class_sim                     # writes the "## two-class simulation" section
     python -m loadtests.bench.two_class_sim --replicas 8 --duration 40 --out docs/benchmarks.md
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.duration:g} s. Interactive SLO: TTFT <= {params['ttft_slo_ms']:.0f} ms and TPOT <= "
         f"{params['tpot_slo_ms']:g} ms. Class routing: max_imbalance 48. Goodput and the combined score "
         "as defined in docs/routing.md (combined: mean of interactive in-SLO req/s / offered and batch "
-        "tok/s / always-OFF's). Goals (issue 12): TPOT p50 <= 1.1x always-ON, total tok/s >= 0.97x "
+        "tok/s / always-OFF's). Goals: TPOT p50 <= 1.1x always-ON, total tok/s >= 0.97x "
         "always-OFF, combined >= 1.10x the best static mode.\n\n"
         + table(
             ["setup", "inter. TPOT p50 ms", "x ON", "inter. TTFT p50 ms", "inter. in SLO %", "inter. in-SLO req/s",
