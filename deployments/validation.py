@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-__all__ = ["MESSAGE_ROLES", "check_chat", "check_completion", "check_json_body", "check_json_fields"]
+__all__ = ["MESSAGE_ROLES", "check_chat", "check_completion", "check_json_fields"]
 
 MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
 
@@ -27,23 +27,6 @@ _NUMBER_FIELDS = (
     "presence_penalty",
     "repetition_penalty",
 )
-
-
-def check_json_body(raw: bytes) -> str | None:
-    """Raw body of a chat/completions POST: a JSON object with JSON-typed numbers, or the reason not.
-
-    Runs before the request models: their `mode="before"` validators crash (500) on a body that
-    is not an object, and lax parsing would turn `"max_tokens": true` into 1.
-    """
-    if not raw.strip():
-        return "request body is empty: expected a JSON object"
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as err:
-        return f"malformed JSON: {err}"
-    if not isinstance(body, dict):
-        return f"request body must be a JSON object, got {type(body).__name__}"
-    return check_json_fields(body)
 
 
 def check_json_fields(body: dict[str, Any]) -> str | None:

@@ -10,7 +10,6 @@ import pytest
 
 from deployments.body import Problem, check_chat_body, check_completion_body, parse_body
 from deployments.limits import ModelLimits, max_token_bytes, read_limits
-from tests.conftest import MODELS_DIR
 
 LIMITS = ModelLimits(context_tokens=100, vocab_size=50, max_token_bytes=4)
 USER = [{"role": "user", "content": "hi"}]
@@ -130,13 +129,13 @@ def test_completion_body_checks(case: str, prompt: Any, status: int | None, frag
         assert problem is not None and problem.status == status and fragment in problem.message, problem
 
 
-def test_size_bound_is_sound_for_the_tiny_tokenizer() -> None:
+def test_size_bound_is_sound_for_the_tiny_tokenizer(model_pair) -> None:  # noqa: ANN001
     """No text of n bytes tokenizes into fewer than limits.min_tokens(n) tokens."""
     from transformers import AutoTokenizer
 
-    limits = read_limits(f"{MODELS_DIR}/target")
+    limits = read_limits(model_pair.target)
     assert limits.context_tokens == 2048 and limits.vocab_size == 4096 and limits.max_token_bytes
-    tok = AutoTokenizer.from_pretrained(f"{MODELS_DIR}/target")
+    tok = AutoTokenizer.from_pretrained(model_pair.target)
     vocab = tok.get_vocab()
     longest = max(vocab, key=lambda t: len(tok.convert_tokens_to_string([t]).encode()))
     for text in (

@@ -10,18 +10,22 @@ import pytest
 
 from deployments.limits import read_limits
 from deployments.prompts import PromptTooLarge, is_token_ids, tokenize_off_loop
-from tests.conftest import MODELS_DIR
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
+def target(model_pair) -> str:  # noqa: ANN001 - the session's tiny pair, built if missing
+    return str(model_pair.target)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(target: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(f"{MODELS_DIR}/target")
+    return AutoTokenizer.from_pretrained(target)
 
 
-def test_text_becomes_the_ids_sglang_would_make_and_ids_pass_as_they_are(tokenizer) -> None:
-    limits = read_limits(f"{MODELS_DIR}/target")
+def test_text_becomes_the_ids_sglang_would_make_and_ids_pass_as_they_are(tokenizer, target: str) -> None:
+    limits = read_limits(target)
     one = asyncio.run(tokenize_off_loop(tokenizer, "def add(a, b):", limits))
     assert one == tokenizer(["def add(a, b):"])["input_ids"][0] and is_token_ids(one)
     two = asyncio.run(tokenize_off_loop(tokenizer, ["a", "class B:"], limits))
@@ -29,9 +33,9 @@ def test_text_becomes_the_ids_sglang_would_make_and_ids_pass_as_they_are(tokeniz
     assert asyncio.run(tokenize_off_loop(tokenizer, [5, 6], limits)) == [5, 6]
 
 
-def test_the_event_loop_keeps_running_while_a_long_text_is_tokenized(tokenizer) -> None:
+def test_the_event_loop_keeps_running_while_a_long_text_is_tokenized(tokenizer, target: str) -> None:
     # no size bound here (a model with a context long enough for it): the work happens in a thread
-    unbounded = read_limits(f"{MODELS_DIR}/target", context_length=10**9)
+    unbounded = read_limits(target, context_length=10**9)
     text = "def foo(x):\n    return x + 1\n" * 40_000  # ~1.2 MB, a second or more of tokenizing
 
     async def run() -> tuple[int, int]:
@@ -56,7 +60,7 @@ def test_the_event_loop_keeps_running_while_a_long_text_is_tokenized(tokenizer) 
     assert during >= 10, f"the loop ran {during} ticks while tokenizing"
 
 
-def test_text_that_cannot_fit_the_context_is_refused_before_tokenizing(tokenizer) -> None:
-    limits = read_limits(f"{MODELS_DIR}/target")
+def test_text_that_cannot_fit_the_context_is_refused_before_tokenizing(tokenizer, target: str) -> None:
+    limits = read_limits(target)
     with pytest.raises(PromptTooLarge, match=r"prompt\[1\] is 200000 bytes"):
         asyncio.run(tokenize_off_loop(tokenizer, ["ok", "z" * 200_000], limits))
