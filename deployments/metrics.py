@@ -133,6 +133,15 @@ class _RoutedCollector(Collector):
         for (cls, mode), n in sorted(counts.items()):
             family.add_metric([cls, mode], n)
         yield family
+        prefix = CounterMetricFamily(
+            PREFIX + "routed_prefix",
+            "Requests with prompt text the request router of this process sent to a replica that had "
+            "(hit) or had not (miss) been sent the prompt's prefix before",
+            labels=["result"],
+        )
+        for result, n in JOURNAL.prefix_copy().items():
+            prefix.add_metric([result], n)
+        yield prefix
 
 
 _METRICS: IngressMetrics | None = None

@@ -25,6 +25,7 @@ __all__ = [
     "CompletionRequest",
     "CompletionResponse",
     "OpenAIHTTPException",
+    "PrefixTree",
     "SGLangServer",
     "UnsupportedRayVersion",
     "actor_restarts",
@@ -79,6 +80,10 @@ check_ray_version()
 #   request router) for a replica and connects the client to it. Public only as
 #   `build_openai_app` with RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1, which cannot bind a server class's
 #   constructor arguments. Goes when ray.serve.llm has a direct-streaming builder taking bind kwargs.
+# - PrefixTree: the multi-tenant radix tree of Ray's own PrefixCacheAffinityRouter, which the
+#   request router (deployments.router) keeps in its own process for prefix-cache affinity (Ray's
+#   router keeps it in a detached actor and calls it with a blocking ray.get per request).
+#   ray.serve.llm.request_router exports the router, not the tree. Goes when the tree is public.
 from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E402
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -95,6 +100,7 @@ from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS  # no
 from ray.llm._internal.serve.core.ingress.ingress import init as openai_fastapi_app  # noqa: E402
 from ray.llm._internal.serve.core.server.llm_server import _add_openai_models_retrieve_route  # noqa: E402
 from ray.llm._internal.serve.engines.sglang import SGLangServer  # noqa: E402
+from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_tree import PrefixTree  # noqa: E402
 from ray.serve.context import _get_serve_request_context  # noqa: E402
 
 # - _get_serve_request_context: the internal request id of the request a replica is handling; a

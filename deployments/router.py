@@ -9,6 +9,12 @@ deployment's `request_router_config` (deployments.app). Replicas publish `Replic
 Serve's `record_routing_stats` (deployments.server); `policy.routing` ranks. Within a rank, Ray's
 own machinery probes queue lengths and takes the shortest queue with room.
 
+Prefix-cache affinity: the router remembers which replica it sent each prompt to (the first
+`affinity_chars` characters, in Ray's own prefix tree, kept in this process) and hands
+`policy.routing.rank` the replicas holding a new request's longest known prefix; the ranking keeps
+them first only within the request's mode and a load gap. Each routing process (one ingress, or
+Ray's LLMRouter on the direct path) learns from what it routed itself.
+
 Serve pickles this module by value (RequestRouterConfig), so it holds no state of its own: what it
 routed goes to `deployments.routing_journal.JOURNAL` (imported by reference, one per process),
 which the ingress turns into response headers, `/specflip/status` and `/metrics`.
@@ -24,11 +30,14 @@ from typing import Any
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from deployments import routing_journal
+from deployments.ray_compat import PrefixTree
 from deployments.routing_journal import UNKNOWN_MODE, Routed
 from policy.routing import ClassRule, RankReason, ReplicaStats, RequestClass, RoutingConfig, classify, rank
 from policy.types import SpecMode
 
-__all__ = ["SpecFlipRouter", "request_class_of"]
+__all__ = ["SpecFlipRouter", "prompt_text", "request_class_of"]
+
+TREE_CHARS_PER_REPLICA = 400_000  # characters remembered per replica (least recent evicted), as Ray's default
 
 
 def request_class_of(rule: ClassRule, args: Sequence[Any]) -> RequestClass:
@@ -38,6 +47,44 @@ def request_class_of(rule: ClassRule, args: Sequence[Any]) -> RequestClass:
     info = args[1] if len(args) > 1 else None
     headers = getattr(info, "headers", None)
     return classify(rule, body, headers if isinstance(headers, Mapping) else None)
+
+
+def _text(value: Any) -> str:
+    """The text of a message's content: a string, or the `text` of its parts (dicts or objects)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = (p.get("text") if isinstance(p, Mapping) else getattr(p, "text", None) for p in value)
+        return "".join(t for t in parts if isinstance(t, str))
+    return ""
+
+
+def prompt_text(body: Any, limit: int) -> str:
+    """The first `limit` characters of a request's prompt as text (completions: `prompt`, chat:
+    the messages' contents in order); "" for token-id prompts and bodies without either."""
+    prompt = getattr(body, "prompt", None)
+    if isinstance(prompt, str):
+        return prompt[:limit]
+    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        return "".join(prompt)[:limit]
+    messages = getattr(body, "messages", None)
+    if not isinstance(messages, list):
+        return ""
+    out: list[str] = []
+    size = 0
+    for m in messages:
+        piece = _text(m.get("content") if isinstance(m, Mapping) else getattr(m, "content", None))
+        out.append(piece)
+        size += len(piece)
+        if size >= limit:
+            break
+    return "".join(out)[:limit]
+
+
+def _request_key(pending: PendingRequest | None) -> str | None:
+    metadata = getattr(pending, "metadata", None)
+    key = getattr(metadata, "internal_request_id", None)
+    return key if isinstance(key, str) else None
 
 
 def _replica_tag(replica_id: ReplicaID) -> str:
@@ -59,6 +106,17 @@ class SpecFlipRouter(RequestRouter):
         # parsed stats per replica, kept while Serve hands the same stats dict (it replaces the
         # dict when a replica publishes new stats): parsing is most of a decision's cost
         self._parsed: dict[ReplicaID, tuple[Any, ReplicaStats | None]] = {}
+        self._tree: Any = PrefixTree() if self.routing.prefix_affinity else None
+        self._holders: dict[str, frozenset[str]] = {}  # request id -> prefix holders its ranking saw
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        tree = getattr(self, "_tree", None)
+        if tree is not None:  # forget what replicas gone from the deployment held
+            live = {_replica_tag(r.replica_id) for r in replicas}
+            gone = [t for t in list(tree.tenant_to_char_count) if t not in live]
+            if gone:
+                tree.remove_tenants(gone)
 
     # -- one routing iteration ------------------------------------------------------------
     async def choose_replicas(
@@ -80,10 +138,55 @@ class SpecFlipRouter(RequestRouter):
         for r, s in zip(candidates, stats, strict=True):
             queued = cache.get(r.replica_id)  # Serve's own count of requests sent, when fresh
             loads.append(float(queued) if queued is not None else float(s.load) if s is not None else 0.0)
-        ranking = rank(cls, stats, self._clock(), self.routing, loads=loads, rng=self._rng)
+        holders = self._prefix_holders(candidates, args, pending_request)
+        ranking = rank(cls, stats, self._clock(), self.routing, loads=loads, rng=self._rng, affinity=holders)
         if ranking.reason is RankReason.STALE:
             return [self._power_of_two(candidates)], cls, ranking.reason
         return [[candidates[i] for i in r] for r in ranking.ranks], cls, ranking.reason
+
+    def _prefix_holders(
+        self, candidates: Sequence[RunningReplica], args: Sequence[Any], pending: PendingRequest | None
+    ) -> list[int]:
+        """Indices of the candidates that were sent this request's longest known prompt prefix,
+        when it covers at least `affinity_min_match` of the prompt (kept for on_request_routed)."""
+        text = prompt_text(args[0], self.routing.affinity_chars) if self._tree is not None and args else ""
+        if not text:
+            return []
+        tags = [_replica_tag(r.replica_id) for r in candidates]
+        matched, holders = self._tree.prefix_match(text, tags)
+        if not holders or len(matched) < self.routing.affinity_min_match * len(text):
+            holders = []
+        key = _request_key(pending)
+        if key is not None:
+            if len(self._holders) > 4096:  # requests Serve never reported routed (cancelled)
+                self._holders.clear()
+            self._holders[key] = frozenset(holders)
+        held = set(holders)
+        return [i for i, t in enumerate(tags) if t in held]
+
+    def _remember_prefix(self, replica_id: ReplicaID, pending: PendingRequest) -> bool | None:
+        """Record that `replica_id` got this prompt; whether it had been sent its prefix before
+        (None: no prompt text, or affinity off)."""
+        args = pending.args
+        text = prompt_text(args[0], self.routing.affinity_chars) if self._tree is not None and args else ""
+        if not text:
+            return None
+        tag, now = _replica_tag(replica_id), self._clock()
+        tree = self._tree
+        if tag not in tree.tenant_to_char_count:
+            tree.add_tenants([tag], now)
+        key = _request_key(pending)
+        held = self._holders.pop(key, None) if key is not None else None
+        if held is None:  # no ranking of this request on record: match now
+            matched, _ = tree.prefix_match(text, [tag])
+            hit = len(matched) >= self.routing.affinity_min_match * len(text)
+        else:
+            hit = tag in held
+        tree.insert(text, tag, now)
+        excess = tree.tenant_to_char_count.get(tag, 0) - TREE_CHARS_PER_REPLICA
+        if excess > 0:
+            tree.evict_tenant_by_lru(tag, excess)
+        return hit
 
     def _stats_of(self, replica: RunningReplica) -> ReplicaStats | None:
         raw = replica.routing_stats
@@ -118,7 +221,8 @@ class SpecFlipRouter(RequestRouter):
             others = [ReplicaStats.from_routing_stats(r.routing_stats) for r in self.curr_replicas.values()]
             has_preferred = any(s is not None and s.mode is SpecMode(want) for s in others)
             reason = RankReason.IMBALANCED if has_preferred else RankReason.NO_PREFERRED
+        hit = self._remember_prefix(replica_id, pending_request)
         routing_journal.JOURNAL.record(  # through the module: an instance would be pickled by value
             pending_request.metadata.internal_request_id,
-            Routed(_replica_tag(replica_id), mode, cls, reason),
+            Routed(_replica_tag(replica_id), mode, cls, reason, prefix_hit=hit),
         )

@@ -26,6 +26,7 @@ class Routed:
     mode: str  # "on" | "off" | "unknown": the replica's mode in its stats when routed
     request_class: RequestClass
     reason: RankReason
+    prefix_hit: bool | None = None  # the replica had served this prompt's prefix (None: no text/affinity)
 
 
 class RoutingJournal:
@@ -38,6 +39,7 @@ class RoutingJournal:
         self._entries: OrderedDict[str, Routed] = OrderedDict()
         self.counts: Counter[tuple[str, str]] = Counter()  # (class, mode) -> requests routed
         self.reasons: Counter[str] = Counter()
+        self.prefix: Counter[str] = Counter()  # "hit" / "miss" of prefix affinity
 
     def record(self, request_id: str, routed: Routed) -> None:
         with self._lock:
@@ -46,6 +48,8 @@ class RoutingJournal:
                 self._entries.popitem(last=False)
             self.counts[(routed.request_class.value, routed.mode)] += 1
             self.reasons[routed.reason.name.lower()] += 1
+            if routed.prefix_hit is not None:
+                self.prefix["hit" if routed.prefix_hit else "miss"] += 1
 
     def pop(self, request_id: str) -> Routed | None:
         with self._lock:
@@ -55,12 +59,20 @@ class RoutingJournal:
         with self._lock:
             return dict(self.counts)
 
+    def prefix_copy(self) -> dict[str, int]:
+        with self._lock:
+            return {"hit": self.prefix["hit"], "miss": self.prefix["miss"]}
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             by_class: dict[str, dict[str, int]] = {}
             for (cls, mode), n in sorted(self.counts.items()):
                 by_class.setdefault(cls, {})[mode] = n
-            return {"by_class_and_mode": by_class, "by_reason": dict(sorted(self.reasons.items()))}
+            return {
+                "by_class_and_mode": by_class,
+                "by_reason": dict(sorted(self.reasons.items())),
+                "prefix_affinity": {"hits": self.prefix["hit"], "misses": self.prefix["miss"]},
+            }
 
 
 JOURNAL = RoutingJournal()

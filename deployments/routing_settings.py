@@ -68,6 +68,23 @@ class RoutingSettings(BaseModel):
         description="Requests with max_tokens at least this large are batch; null: no such rule.",
     )
     non_stream_is_batch: bool = Field(default=False, description="Requests without stream: true are batch.")
+    prefix_affinity: bool = Field(
+        default=True,
+        description="Send a request to the replica its prompt's longest known prefix went to (its "
+        "prefix cache may still hold it), within the mode its class prefers and `affinity_max_gap`.",
+    )
+    affinity_min_match: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="Fraction of a prompt's characters the known prefix must cover to count.",
+    )
+    affinity_max_gap: float = Field(
+        default=4.0,
+        ge=0,
+        description="Requests: a prefix holder carrying more than this beyond the least-loaded replica "
+        "of its mode loses its priority for this request.",
+    )
 
     def class_rule(self) -> ClassRule:
         return ClassRule(
@@ -79,7 +96,12 @@ class RoutingSettings(BaseModel):
 
     def routing_config(self) -> RoutingConfig:
         return RoutingConfig(
-            stale_after_s=self.stale_after_s, max_imbalance=self.max_imbalance, per_rank=self.per_rank
+            stale_after_s=self.stale_after_s,
+            max_imbalance=self.max_imbalance,
+            per_rank=self.per_rank,
+            prefix_affinity=self.prefix_affinity,
+            affinity_min_match=self.affinity_min_match,
+            affinity_max_gap=self.affinity_max_gap,
         )
 
     def router_kwargs(self) -> dict[str, Any]:

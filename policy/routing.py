@@ -14,6 +14,10 @@ publishes (`ReplicaStats`, its mode and load) and the clock passed in:
 3. Bounded imbalance: when the least-loaded preferred replica carries more than
    `max_imbalance` requests beyond the least-loaded other one, the ranks swap for this
    request, so a class never piles onto its mode while the other mode idles.
+4. Prefix-cache affinity, where it does not fight the class: among the replicas of the mode
+   that goes first, the least-loaded one that already served this request's longest known
+   prefix (`affinity`, found by the router) gets a rank of its own ahead of the rest, unless
+   it carries more than `affinity_max_gap` requests beyond that mode's least-loaded replica.
 
 `deployments.router.SpecFlipRouter` is the shell that runs this inside Ray Serve.
 """
@@ -155,12 +159,21 @@ class RoutingConfig:
     stale_after_s: float = 2.0  # stats older than this make the router fall back to power of two
     max_imbalance: float = 8.0  # requests: preferred-mode min load above the other's min by more swaps ranks
     per_rank: int = 2  # replicas per rank handed to Ray (it probes their queues and takes the shortest)
+    prefix_affinity: bool = True  # send a request where its prompt's prefix was sent before (same mode)
+    affinity_min_match: float = 0.1  # fraction of the prompt's characters the known prefix must cover
+    affinity_max_gap: float = 4.0  # requests: the prefix holder's load above its mode's least loaded
+    affinity_chars: int = 1024  # characters of a prompt the router remembers and matches
 
     def __post_init__(self) -> None:
         if not (self.stale_after_s > 0 and self.max_imbalance >= 0 and self.per_rank >= 1):
             raise ValueError(
                 "RoutingConfig: need stale_after_s > 0, max_imbalance >= 0, per_rank >= 1, got "
                 f"{self.stale_after_s}, {self.max_imbalance}, {self.per_rank}"
+            )
+        if not (0 < self.affinity_min_match <= 1 and self.affinity_max_gap >= 0 and self.affinity_chars >= 1):
+            raise ValueError(
+                "RoutingConfig: need 0 < affinity_min_match <= 1, affinity_max_gap >= 0, affinity_chars >= 1, "
+                f"got {self.affinity_min_match}, {self.affinity_max_gap}, {self.affinity_chars}"
             )
 
 
@@ -177,6 +190,7 @@ class Ranking:
 
     ranks: tuple[tuple[int, ...], ...]
     reason: RankReason
+    affinity: bool = False  # the first rank is the replica holding the request's prefix
 
 
 def _least_loaded(group: list[int], loads: Sequence[float], k: int, rng: random.Random) -> tuple[int, ...]:
@@ -193,11 +207,13 @@ def rank(
     *,
     loads: Sequence[float] | None = None,
     rng: random.Random | None = None,
+    affinity: Sequence[int] = (),
 ) -> Ranking:
     """Order the candidates (`stats[i]` of candidate i) for one request of `request_class`.
 
     `loads[i]` is the freshest load known for candidate i (the router's own queue-length cache);
-    by default each replica's published running + waiting.
+    by default each replica's published running + waiting. `affinity`: the candidates that hold
+    the request's longest known prompt prefix (empty: none does, or affinity is off).
     """
     rng = rng or random.Random()
     if not stats or any(s is None or not now - s.at <= config.stale_after_s for s in stats):
@@ -209,12 +225,31 @@ def rank(
     other = [i for i, s in enumerate(known) if s.mode is not want]
     k = config.per_rank
     if not preferred:
-        return Ranking((_least_loaded(other, load, k, rng),), RankReason.NO_PREFERRED)
+        ranking = Ranking((_least_loaded(other, load, k, rng),), RankReason.NO_PREFERRED)
+        return _with_affinity(ranking, other, affinity, load, config)
     first = _least_loaded(preferred, load, k, rng)
     if not other:
-        return Ranking((first,), RankReason.PREFERRED)
+        return _with_affinity(Ranking((first,), RankReason.PREFERRED), preferred, affinity, load, config)
     second = _least_loaded(other, load, k, rng)
     gap = load[first[0]] - load[second[0]]
     if math.isfinite(gap) and gap > config.max_imbalance:
-        return Ranking((second, first), RankReason.IMBALANCED)
-    return Ranking((first, second), RankReason.PREFERRED)
+        return _with_affinity(Ranking((second, first), RankReason.IMBALANCED), other, affinity, load, config)
+    return _with_affinity(Ranking((first, second), RankReason.PREFERRED), preferred, affinity, load, config)
+
+
+def _with_affinity(
+    ranking: Ranking,
+    lead_mode: list[int],
+    affinity: Sequence[int],
+    load: Sequence[float],
+    config: RoutingConfig,
+) -> Ranking:
+    """Put the least-loaded prefix holder of the leading mode first, within `affinity_max_gap`."""
+    holders = [i for i in affinity if i in lead_mode] if config.prefix_affinity else []
+    if not holders:
+        return ranking
+    best = min(holders, key=lambda i: load[i])
+    if not load[best] - min(load[i] for i in lead_mode) <= config.affinity_max_gap:
+        return ranking
+    rest = tuple(r for r in (tuple(i for i in rank_ if i != best) for rank_ in ranking.ranks) if r)
+    return Ranking(((best,), *rest), ranking.reason, affinity=True)

@@ -131,3 +131,45 @@ def test_config_checks() -> None:
         RoutingConfig(per_rank=0)
     with pytest.raises(ValueError):
         RoutingConfig(stale_after_s=0)
+    with pytest.raises(ValueError, match="affinity_min_match"):
+        RoutingConfig(affinity_min_match=0)
+    with pytest.raises(ValueError, match="affinity_max_gap"):
+        RoutingConfig(affinity_max_gap=-1)
+
+
+AFF = RoutingConfig(stale_after_s=2.0, max_imbalance=4, per_rank=2, affinity_max_gap=2)
+
+
+@pytest.mark.parametrize(
+    ("cls", "fleet", "holders", "ranks", "affinity"),
+    [
+        # interactive: the ON prefix holder (load 2, 1 above the least-loaded ON) gets its own rank
+        (INT, [(ON, 1), (ON, 2), (OFF, 0)], [1], ((1,), (0,), (2,)), True),
+        # the least-loaded of several holders of the leading mode
+        (INT, [(ON, 3), (ON, 2), (ON, 0), (OFF, 0)], [0, 1], ((1,), (2,), (3,)), True),
+        # a holder in the other mode does not pull the request away from its class's mode
+        (INT, [(ON, 1), (OFF, 0)], [1], ((0,), (1,)), False),
+        (B, [(ON, 0), (OFF, 3), (OFF, 1)], [0], ((2, 1), (0,)), False),
+        # a holder more than affinity_max_gap (2) above its mode's least loaded: plain ranking
+        (INT, [(ON, 0), (ON, 3), (OFF, 0)], [1], ((0, 1), (2,)), False),
+        # imbalanced (the other mode leads): affinity applies within the mode that leads
+        (INT, [(ON, 10), (OFF, 5), (OFF, 6)], [2, 0], ((2,), (1,), (0,)), True),
+        # no holder: unchanged
+        (INT, [(ON, 1), (OFF, 0)], [], ((0,), (1,)), False),
+    ],
+)
+def test_prefix_affinity_keeps_the_class(
+    cls: RequestClass,
+    fleet: list[tuple[SpecMode, int]],
+    holders: list[int],
+    ranks: tuple[tuple[int, ...], ...],
+    affinity: bool,
+) -> None:
+    got = rank(cls, [stats(m, load) for m, load in fleet], NOW, AFF, rng=random.Random(0), affinity=holders)
+    assert (got.ranks, got.affinity) == (ranks, affinity)
+
+
+def test_prefix_affinity_can_be_switched_off() -> None:
+    off = RoutingConfig(prefix_affinity=False)
+    got = rank(INT, [stats(ON, 0), stats(ON, 1)], NOW, off, rng=random.Random(0), affinity=[1])
+    assert got.ranks == ((0, 1),) and not got.affinity

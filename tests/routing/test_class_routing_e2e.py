@@ -3,12 +3,16 @@ the patched engine, tiny trained pair), specflip's router configured as the repl
 `request_router_config`, a two-class Locust run (real Locust, weighted user classes).
 
 The fleet is made mixed with the override control (replica A ON, B OFF); then the modes are
-swapped and new interactive requests must follow the ON mode to the other replica."""
+swapped and new interactive requests must follow the ON mode to the other replica. With both
+replicas ON, requests sharing a prompt prefix go back to the replica that had it (prefix affinity).
+
+Its own app and Ray: it lives outside tests/deployments, whose package-wide app has Ray up."""
 
 from __future__ import annotations
 
 import re
 import socket
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,3 +123,24 @@ def test_interactive_requests_land_on_on_replicas_and_follow_a_flip(app: LocalAp
     after = [_interactive(app) for _ in range(6)]
     assert {(r.headers["x-specflip-replica"], r.headers["x-specflip-mode"]) for r in after} == {(b, "on")}
     assert {r.headers["x-specflip-class"] for r in after} == {"interactive"}
+
+
+def test_requests_sharing_a_prefix_go_back_to_the_replica_that_had_it(app: LocalApp) -> None:
+    a, b = sorted(_modes(app))
+    for replica in (a, b):
+        assert app.client.send_override("on", replica).status_code == 200
+    wait_until(lambda: set(_modes(app).values()) == {"on"}, 30, why="both replicas ON")
+    time.sleep(1.0)  # the router's view of the stats: both ON
+    before = app.client.get("/specflip/status").json()["routing"]["prefix_affinity"]
+    shared = "# utilities for parsing the config file of the service\nimport os\nimport sys\n\n"
+    replicas = []
+    for i in range(12):  # one at a time: every replica idle, so only affinity decides
+        body = {"model": MODEL, "prompt": f"{shared}def helper_{i}(x):", "max_tokens": 4, "temperature": 0}
+        r = app.client.post("/v1/completions", body, headers={"x-specflip-class": "interactive"})
+        assert r.status_code == 200, r.text
+        replicas.append(r.headers["x-specflip-replica"])
+    # without affinity two idle ON replicas split requests at random (all 12 on one: p = 2^-11)
+    assert len(set(replicas)) == 1, replicas
+    after = app.client.get("/specflip/status").json()["routing"]["prefix_affinity"]
+    assert after["hits"] - before["hits"] >= 11 and after["misses"] - before["misses"] <= 1, (before, after)
+    assert re.search(r'specflip_routed_prefix_total\{result="hit"\} [1-9]', app.client.metrics())
