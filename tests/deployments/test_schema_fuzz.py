@@ -1,7 +1,7 @@
 """Schemathesis against the real app: requests generated from the app's own OpenAPI document for
 every route it serves (/v1 and /specflip), with the served model id filled in and the override
 token supplied. No answer may be a 5xx; every answer must have a documented status, content
-type and body schema; the app must be healthy afterwards. Bounded to ~135 cases
+type and body schema; the app must be healthy afterwards. Bounded to ~220 cases
 (max_tokens clamped so each generation is short on CPU). Schemathesis's own pytest plugin does
 not run under pytest 9 (it sets `Function._nodeid`), so each operation's strategy runs under
 Hypothesis's `@given` directly.
@@ -29,7 +29,7 @@ from tests.deployments.conftest import MODEL, TOKEN
 
 pytestmark = pytest.mark.serve
 TRIED: Counter[tuple[str, int]] = Counter()
-POSITIVE, NEGATIVE = 24, 12  # cases per operation
+POSITIVE, NEGATIVE = 40, 20  # cases per operation
 PARAMETERLESS = {"GET /v1/models", "GET /specflip/status", "GET /metrics"}
 
 # bodies that once got a 5xx (now 4xx): replayed on every run

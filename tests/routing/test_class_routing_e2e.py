@@ -11,7 +11,6 @@ Its own app and Ray: it lives outside tests/deployments, whose package-wide app 
 from __future__ import annotations
 
 import re
-import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,17 +24,10 @@ from deployments.defaults import cpu_demo_config
 from deployments.local import LocalApp, run_local, wait_until
 from loadtests.config import LoadConfig
 from loadtests.locust_run import run_locust
+from tests.deployments.conftest import MODEL, TOKEN, free_port
 
 pytestmark = pytest.mark.serve
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "test-control-token"
-MODEL = "specflip-tiny"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +43,7 @@ def app(model_pair: Any) -> Iterator[LocalApp]:
     )
     assert config.class_routing
     with run_local(
-        config, host="127.0.0.1", port=_free_port(), num_cpus=4, worker_pythonpath=str(ROOT)
+        config, host="127.0.0.1", port=free_port(), num_cpus=4, worker_pythonpath=str(ROOT)
     ) as local:
         yield local
 
