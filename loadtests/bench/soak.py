@@ -314,16 +314,20 @@ def markdown(result: dict[str, Any], command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadtests.bench.soak", description=__doc__.splitlines()[0])
-    p.add_argument("--minutes", type=float, default=30.0)
+    p = argparse.ArgumentParser(
+        prog="python -m loadtests.bench.soak",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--minutes", type=float, default=30.0, help="how long to run (default 30)")
     p.add_argument("--pair", help="tiny pair directory (default ./models/tiny or $SPECFLIP_PAIR_DIR)")
     p.add_argument("--cycle", default="40:1,60:10,20:1", help="seconds:clients per phase, repeating")
-    p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--dwell-s", type=float, default=2.0)
-    p.add_argument("--bad-every-s", type=float, default=3.0)
-    p.add_argument("--sample-s", type=float, default=20.0)
-    p.add_argument("--port", type=int, default=8123)
-    p.add_argument("--out", default="out/soak")
+    p.add_argument("--max-tokens", type=int, default=32, help="tokens per streamed completion")
+    p.add_argument("--dwell-s", type=float, default=2.0, help="policy dwell: the least time between flips")
+    p.add_argument("--bad-every-s", type=float, default=3.0, help="seconds between two bad requests")
+    p.add_argument("--sample-s", type=float, default=20.0, help="seconds between process samples")
+    p.add_argument("--port", type=int, default=8123, help="port of the app this run starts")
+    p.add_argument("--out", default="out/soak", help="folder for soak.json and soak.md")
     p.add_argument("--doc", help="write the `## soak` section of this markdown file")
     args = p.parse_args(argv)
     result = run(args)
