@@ -19,6 +19,15 @@ def model_pair():
     return build_pair(MODELS_DIR, log=lambda line: print(line, flush=True))
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    from tests.reporting import LINES
+
+    if LINES:
+        terminalreporter.section("what the real-app tests measured")
+        for line in LINES:
+            terminalreporter.write_line(line)
+
+
 # --- exit ------------------------------------------------------------------------------------
 # The suite starts and stops Ray several times in this process (Serve apps, the policy actor)
 # and hosts SGLang engines (zmq sockets, torch threads). Interpreter finalization after that is

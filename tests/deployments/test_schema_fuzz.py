@@ -26,6 +26,7 @@ from schemathesis.specs.openapi.checks import (
 
 from deployments.local import LocalApp, wait_until
 from tests.deployments.conftest import MODEL, TOKEN
+from tests.reporting import report
 
 pytestmark = pytest.mark.serve
 TRIED: Counter[tuple[str, int]] = Counter()
@@ -111,7 +112,7 @@ def test_the_fuzzing_covered_every_operation_and_left_the_app_healthy(app: Local
     by_route: Counter[str] = Counter()
     for (route, _), n in TRIED.items():
         by_route[route] += n
-    print(f"\nschemathesis: {total} cases; by route {dict(by_route)}; by status {_statuses()}")
+    report(f"schemathesis: {total} cases; by route {dict(by_route)}; by status {_statuses()}")
     # every operation that takes input got at least its positive cases; parameterless GETs have
     # one possible case, which Hypothesis generates once
     takes_input = {r: n for r, n in by_route.items() if r not in PARAMETERLESS}

@@ -24,6 +24,7 @@ from deployments.defaults import cpu_demo_config
 from deployments.local import LocalApp, run_local, wait_until
 from tests.deployments.conftest import MODEL, TOKEN, free_port
 from tests.faults.load import StreamingLoad
+from tests.reporting import report
 
 pytestmark = pytest.mark.serve
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def _report(name: str, load: StreamingLoad, marks: list[tuple[str, float]]) -> d
     phases = {
         label: load.phase(start, end) for (label, start), (_, end) in zip(marks, marks[1:], strict=False)
     }
-    print(f"\n{name}: " + "; ".join(f"{k} {v}" for k, v in phases.items()))
+    report(f"{name}: " + "; ".join(f"{k} {v}" for k, v in phases.items()))
     return phases
 
 
