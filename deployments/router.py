@@ -22,6 +22,7 @@ which the ingress turns into response headers, `/specflip/status` and `/metrics`
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -138,7 +139,11 @@ class SpecFlipRouter(RequestRouter):
         for r, s in zip(candidates, stats, strict=True):
             queued = cache.get(r.replica_id)  # Serve's own count of requests sent, when fresh
             loads.append(float(queued) if queued is not None else float(s.load) if s is not None else 0.0)
-        holders = self._prefix_holders(candidates, args, pending_request)
+        try:
+            holders = self._prefix_holders(candidates, args, pending_request)
+        except Exception:  # noqa: BLE001 - affinity only orders replicas: never fail a routing decision
+            self._affinity_broken()
+            holders = []
         ranking = rank(cls, stats, self._clock(), self.routing, loads=loads, rng=self._rng, affinity=holders)
         if ranking.reason is RankReason.STALE:
             return [self._power_of_two(candidates)], cls, ranking.reason
@@ -163,6 +168,11 @@ class SpecFlipRouter(RequestRouter):
             self._holders[key] = frozenset(holders)
         held = set(holders)
         return [i for i, t in enumerate(tags) if t in held]
+
+    def _affinity_broken(self) -> None:
+        """A failure inside the prefix tree: log it once and route without affinity from now on."""
+        logging.getLogger(__name__).exception("prefix affinity failed; routing without it from now on")
+        self._tree = None
 
     def _remember_prefix(self, replica_id: ReplicaID, pending: PendingRequest) -> bool | None:
         """Record that `replica_id` got this prompt; whether it had been sent its prefix before
@@ -221,7 +231,11 @@ class SpecFlipRouter(RequestRouter):
             others = [ReplicaStats.from_routing_stats(r.routing_stats) for r in self.curr_replicas.values()]
             has_preferred = any(s is not None and s.mode is SpecMode(want) for s in others)
             reason = RankReason.IMBALANCED if has_preferred else RankReason.NO_PREFERRED
-        hit = self._remember_prefix(replica_id, pending_request)
+        try:
+            hit = self._remember_prefix(replica_id, pending_request)
+        except Exception:  # noqa: BLE001 - as above
+            self._affinity_broken()
+            hit = None
         routing_journal.JOURNAL.record(  # through the module: an instance would be pickled by value
             pending_request.metadata.internal_request_id,
             Routed(_replica_tag(replica_id), mode, cls, reason, prefix_hit=hit),

@@ -117,3 +117,25 @@ def test_a_busy_holder_gives_way_and_a_gone_replica_is_forgotten(monkeypatch: py
         assert str(on_b.replica_id.unique_id) not in router._tree.tenant_to_char_count
 
     asyncio.run(run())
+
+
+def test_a_failing_prefix_tree_never_fails_a_routing_decision() -> None:
+    router, replica_id = standalone_request_router(SpecFlipRouter)
+    fleet = _fleet(replica_id, [SpecMode.ON, SpecMode.OFF], [0, 0])
+
+    class BrokenTree:  # a fake, to inject the failure
+        tenant_to_char_count: dict[str, int] = {}
+
+        def prefix_match(self, *_: Any) -> Any:
+            raise RuntimeError("injected")
+
+    router._tree = BrokenTree()
+
+    async def run() -> None:
+        ranks, _, _ = router.rank_candidates(fleet, _pending(SYSTEM, "interactive", "b1"))
+        assert ranks == [[fleet[0]], [fleet[1]]]  # the class ranking, without affinity
+        assert router._tree is None  # switched off after the failure
+        router.on_request_routed(_pending(SYSTEM, "interactive", "b2"), fleet[0].replica_id, None)
+        assert JOURNAL.pop("b2").prefix_hit is None  # type: ignore[union-attr]
+
+    asyncio.run(run())
