@@ -296,7 +296,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
     errors = good.get("error", 0) + bad.get("other", 0)
     return (
         "## soak\n\n"
-        f"`{command}` on {time.strftime('%Y-%m-%d %H:%M')} ({result['cpu_count']} CPUs shared with other jobs; "
+        f"`{command}` on {time.strftime('%Y-%m-%d %H:%M')} ({result['cpu_count']} CPUs; "
         f"load average at the end {', '.join(f'{x:.1f}' for x in result['load_average'])}). The CPU app (2 replicas of "
         f"the tiny pair) for {result['minutes']} min, cycle `{result['cycle']}` (seconds:clients), streamed "
         f"completions of {result['max_tokens']} tokens, a bad request every few seconds.\n\n"
