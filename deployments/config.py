@@ -6,18 +6,17 @@ reason (`ConfigError`). Nothing mutates a validated config: models are frozen.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import os
-import typing
 from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from deployments.routing_settings import RoutingSettings
+from deployments.settings_fields import setting_fields, setting_names
 from patched_worker.state import Strategy, SwitchConfig
-from policy.types import SETTING, PolicyConfig, Rule
+from policy.types import PolicyConfig, Rule
 
 __all__ = [
     "POLICY_SETTINGS",
@@ -122,22 +121,16 @@ class _PolicyAppSettings(_Frozen):
             raise ValueError(str(e).removeprefix("PolicyConfig: ")) from None
 
 
-POLICY_SETTINGS = tuple(f.name for f in dataclasses.fields(PolicyConfig) if SETTING in f.metadata)
+POLICY_SETTINGS = setting_names(PolicyConfig)
 
 
 def _policy_settings() -> type[_PolicyAppSettings]:
-    hints = typing.get_type_hints(PolicyConfig)
-    fields: dict[str, Any] = {
-        f.name: (hints[f.name], Field(default=f.default, description=f.metadata[SETTING]))
-        for f in dataclasses.fields(PolicyConfig)
-        if SETTING in f.metadata
-    }
     return create_model(
         "PolicySettings",
         __base__=_PolicyAppSettings,
         __module__=__name__,
         __doc__="The `policy` section: the app's own settings plus PolicyConfig's (policy/types.py).",
-        **fields,
+        **setting_fields(PolicyConfig),
     )
 
 

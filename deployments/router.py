@@ -140,7 +140,7 @@ class SpecFlipRouter(RequestRouter):
             queued = cache.get(r.replica_id)  # Serve's own count of requests sent, when fresh
             loads.append(float(queued) if queued is not None else float(s.load) if s is not None else 0.0)
         try:
-            holders = self._prefix_holders(candidates, args, pending_request)
+            holders = self._prefix_holders(candidates, pending_request)
         except Exception:  # noqa: BLE001 - affinity only orders replicas: never fail a routing decision
             self._affinity_broken()
             holders = []
@@ -150,11 +150,11 @@ class SpecFlipRouter(RequestRouter):
         return [[candidates[i] for i in r] for r in ranking.ranks], cls, ranking.reason
 
     def _prefix_holders(
-        self, candidates: Sequence[RunningReplica], args: Sequence[Any], pending: PendingRequest | None
+        self, candidates: Sequence[RunningReplica], pending: PendingRequest | None
     ) -> list[int]:
         """Indices of the candidates that were sent this request's longest known prompt prefix,
         when it covers at least `affinity_min_match` of the prompt (kept for on_request_routed)."""
-        text = prompt_text(args[0], self.routing.affinity_chars) if self._tree is not None and args else ""
+        text = self._prompt_text(pending)
         if not text:
             return []
         tags = [_replica_tag(r.replica_id) for r in candidates]
@@ -169,6 +169,11 @@ class SpecFlipRouter(RequestRouter):
         held = set(holders)
         return [i for i, t in enumerate(tags) if t in held]
 
+    def _prompt_text(self, pending: PendingRequest | None) -> str:
+        """The prompt text affinity matches ("" when affinity is off or the request has none)."""
+        args = pending.args if pending is not None else None
+        return prompt_text(args[0], self.routing.affinity_chars) if self._tree is not None and args else ""
+
     def _affinity_broken(self) -> None:
         """A failure inside the prefix tree: log it once and route without affinity from now on."""
         logging.getLogger(__name__).exception("prefix affinity failed; routing without it from now on")
@@ -177,8 +182,7 @@ class SpecFlipRouter(RequestRouter):
     def _remember_prefix(self, replica_id: ReplicaID, pending: PendingRequest) -> bool | None:
         """Record that `replica_id` got this prompt; whether it had been sent its prefix before
         (None: no prompt text, or affinity off)."""
-        args = pending.args
-        text = prompt_text(args[0], self.routing.affinity_chars) if self._tree is not None and args else ""
+        text = self._prompt_text(pending)
         if not text:
             return None
         tag, now = _replica_tag(replica_id), self._clock()

@@ -1,22 +1,26 @@
 """The `routing:` section of a specflip config: class-aware routing settings and what the request
-router (deployments.router) and the ranking (policy.routing) are built from."""
+router (deployments.router) and the ranking (policy.routing) are built from. The ranking's own
+settings are declared once, on policy.routing.RoutingConfig; RoutingSettings adds them."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
+from deployments.settings_fields import setting_fields, setting_names
 from policy.routing import ClassRule, RequestClass, RoutingConfig
 
-__all__ = ["RoutingSettings"]
+__all__ = ["ROUTING_SETTINGS", "RoutingSettings"]
+
+ROUTING_SETTINGS = setting_names(RoutingConfig)
 
 
-class RoutingSettings(BaseModel):
+class _RoutingAppSettings(BaseModel):
     """Class-aware routing (deployments.router, policy.routing): interactive requests to
     speculation-ON replicas, batch requests to OFF replicas. The `routing:` section of the config
-    (deployments.config)."""
+    (deployments.config). RoutingSettings adds every RoutingConfig field declared as a setting."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
 
@@ -32,24 +36,6 @@ class RoutingSettings(BaseModel):
         le=10,
         description="Seconds between two routing-stats reads of a replica by Serve (its mode, "
         "running, waiting, accept length, step time).",
-    )
-    stale_after_s: float = Field(
-        default=2.0,
-        gt=0,
-        description="Stats older than this on any replica: the router falls back to power of two.",
-    )
-    max_imbalance: float = Field(
-        default=8.0,
-        ge=0,
-        description="Requests: when the least-loaded replica of a class's preferred mode carries more "
-        "than this beyond the least-loaded replica of the other mode, the request goes to the other "
-        "mode (no class piles onto its mode while the other idles).",
-    )
-    per_rank: int = Field(
-        default=2,
-        ge=1,
-        description="Least-loaded replicas per mode handed to Serve, which probes their queues and "
-        "takes the shortest with room.",
     )
     class_header: str = Field(
         default="x-specflip-class",
@@ -68,23 +54,11 @@ class RoutingSettings(BaseModel):
         description="Requests with max_tokens at least this large are batch; null: no such rule.",
     )
     non_stream_is_batch: bool = Field(default=False, description="Requests without stream: true are batch.")
-    prefix_affinity: bool = Field(
-        default=True,
-        description="Send a request to the replica its prompt's longest known prefix went to (its "
-        "prefix cache may still hold it), within the mode its class prefers and `affinity_max_gap`.",
-    )
-    affinity_min_match: float = Field(
-        default=0.1,
-        gt=0,
-        le=1,
-        description="Fraction of a prompt's characters the known prefix must cover to count.",
-    )
-    affinity_max_gap: float = Field(
-        default=4.0,
-        ge=0,
-        description="Requests: a prefix holder carrying more than this beyond the least-loaded replica "
-        "of its mode loses its priority for this request.",
-    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> _RoutingAppSettings:
+        self.routing_config()  # the ranking's own checks, as one-line errors
+        return self
 
     def class_rule(self) -> ClassRule:
         return ClassRule(
@@ -95,14 +69,10 @@ class RoutingSettings(BaseModel):
         )
 
     def routing_config(self) -> RoutingConfig:
-        return RoutingConfig(
-            stale_after_s=self.stale_after_s,
-            max_imbalance=self.max_imbalance,
-            per_rank=self.per_rank,
-            prefix_affinity=self.prefix_affinity,
-            affinity_min_match=self.affinity_min_match,
-            affinity_max_gap=self.affinity_max_gap,
-        )
+        try:
+            return RoutingConfig(**{name: getattr(self, name) for name in ROUTING_SETTINGS})
+        except ValueError as e:
+            raise ValueError(str(e).removeprefix("RoutingConfig: ")) from None
 
     def router_kwargs(self) -> dict[str, Any]:
         """`request_router_kwargs` of the replica deployment (plain data: Serve serializes it)."""
@@ -116,3 +86,15 @@ class RoutingSettings(BaseModel):
             },
             "routing": dataclasses.asdict(cfg),
         }
+
+
+if TYPE_CHECKING:
+    RoutingSettings = _RoutingAppSettings
+else:
+    RoutingSettings = create_model(
+        "RoutingSettings",
+        __base__=_RoutingAppSettings,
+        __module__=__name__,
+        __doc__="The `routing` section: the app's own settings plus RoutingConfig's (policy/routing.py).",
+        **setting_fields(RoutingConfig),
+    )

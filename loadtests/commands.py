@@ -121,9 +121,7 @@ def _lazy(module: str, name: str) -> object:
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as err:
-        hint = (
-            "; install the bench extra: pip install 'specflip[bench]'"
-            if module.startswith("loadtests")
-            else ""
-        )
-        raise CommandUnavailable(f"{module}.{name} is not available in this install ({err}){hint}") from None
+        raise CommandUnavailable(
+            f"{module}.{name} is not available in this install ({err}); "
+            "install the bench extra: pip install 'specflip[bench]'"
+        ) from None

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from policy.types import SpecMode
+from policy.types import SpecMode, setting
 
 __all__ = [
     "STATS_KEY",
@@ -156,12 +156,36 @@ class ReplicaStats:
 
 @dataclass(frozen=True)
 class RoutingConfig:
-    stale_after_s: float = 2.0  # stats older than this make the router fall back to power of two
-    max_imbalance: float = 8.0  # requests: preferred-mode min load above the other's min by more swaps ranks
-    per_rank: int = 2  # replicas per rank handed to Ray (it probes their queues and takes the shortest)
-    prefix_affinity: bool = True  # send a request where its prompt's prefix was sent before (same mode)
-    affinity_min_match: float = 0.1  # fraction of the prompt's characters the known prefix must cover
-    affinity_max_gap: float = 4.0  # requests: the prefix holder's load above its mode's least loaded
+    """How `rank` orders replicas. The fields declared with `setting` are also keys of the app
+    config's `routing` section (deployments.routing_settings), described there by these texts."""
+
+    stale_after_s: float = setting(
+        2.0, "Stats older than this on any replica: the router falls back to power of two (> 0)."
+    )
+    max_imbalance: float = setting(
+        8.0,
+        "Requests: when the least-loaded replica of a class's preferred mode carries more than this "
+        "beyond the least-loaded replica of the other mode, the request goes to the other mode (no "
+        "class piles onto its mode while the other idles; >= 0).",
+    )
+    per_rank: int = setting(
+        2,
+        "Least-loaded replicas per mode handed to Serve, which probes their queues and takes the "
+        "shortest with room (>= 1).",
+    )
+    prefix_affinity: bool = setting(
+        True,
+        "Send a request to the replica its prompt's longest known prefix went to (its prefix cache "
+        "may still hold it), within the mode its class prefers and `affinity_max_gap`.",
+    )
+    affinity_min_match: float = setting(
+        0.1, "Fraction of a prompt's characters the known prefix must cover to count (0 < x <= 1)."
+    )
+    affinity_max_gap: float = setting(
+        4.0,
+        "Requests: a prefix holder carrying more than this beyond the least-loaded replica of its "
+        "mode loses its priority for this request (>= 0).",
+    )
     affinity_chars: int = 1024  # characters of a prompt the router remembers and matches
 
     def __post_init__(self) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "ReplicaStatus",
     "Rule",
     "SETTING",
+    "setting",
     "STALE_SOURCE",
     "SetSpeculation",
     "SpecMode",
@@ -203,7 +204,7 @@ class ClientState:
 SETTING = "setting"  # field metadata key: the description of a field users set in the app config
 
 
-def _setting(default: Any, description: str) -> Any:
+def setting(default: Any, description: str) -> Any:
     """A PolicyConfig field that is also a key of the app config's `policy` section (described there)."""
     return field(default=default, metadata={SETTING: description})
 
@@ -222,58 +223,56 @@ class PolicyConfig:
     that at accept length 3 it gives ~1.9x the tok/s at batch 1 and ~0.5x at batch 128.
     """
 
-    rule: Rule = _setting(
+    rule: Rule = setting(
         Rule.THRESHOLD,
         "Decision rule: threshold (hysteresis on load) | goodput (predicted tok/s with vs without "
         "speculation) | mixed (threshold, plus enough replicas kept ON for the latency-class "
         "requests in flight, sized by the cost model) | hold (never flips; overrides only).",
     )
-    load_metric: LoadMetric = _setting(
+    load_metric: LoadMetric = setting(
         LoadMetric.RUNNING_PLUS_WAITING,
         "What counts as a replica's load: running+waiting | running | waiting.",
     )
-    high: float = _setting(32.0, "threshold: turn speculation OFF when load >= high.")
-    low: float = _setting(12.0, "threshold: turn speculation back ON when load <= low.")
-    dwell_s: float = _setting(10.0, "Minimum seconds between two flips of one replica.")
-    persist_s: float = _setting(
+    high: float = setting(32.0, "threshold: turn speculation OFF when load >= high.")
+    low: float = setting(12.0, "threshold: turn speculation back ON when load <= low.")
+    dwell_s: float = setting(10.0, "Minimum seconds between two flips of one replica.")
+    persist_s: float = setting(
         0.0,
         "A rule's wish to flip must hold this many seconds over consecutive ticks before it acts "
         "(a momentary dip or spike in load is ignored); 0 acts at once.",
     )
-    max_flips_per_tick: int | None = _setting(
+    max_flips_per_tick: int | None = setting(
         None, "Fleet limit: rule flips per policy tick; null = no limit (overrides never count)."
     )
-    min_on_replicas: int = _setting(0, "Keep at least this many replicas ON for latency traffic.")
-    mixed_on_fill: float = _setting(
+    min_on_replicas: int = setting(0, "Keep at least this many replicas ON for latency traffic.")
+    mixed_on_fill: float = setting(
         0.5,
         "mixed: an ON replica is counted for this fraction of its crossover batch of latency-class "
         "requests (the batch where the cost model predicts OFF as fast as ON); k = ceil(interactive "
         "in flight / that).",
     )
-    stale_after_s: float = _setting(5.0, "A replica whose last report is older is never flipped.")
-    goodput_margin: float = _setting(
+    stale_after_s: float = setting(5.0, "A replica whose last report is older is never flipped.")
+    goodput_margin: float = setting(
         0.10, "goodput: flip only if the other mode is predicted better by this fraction."
     )
-    default_accept_length: float = _setting(
-        2.5, "goodput: accept length assumed until a replica reports one."
-    )
+    default_accept_length: float = setting(2.5, "goodput: accept length assumed until a replica reports one.")
     # largest batch the engine runs; goodput predictions cap the load here (the app sets it from
     # engine.max_running_requests)
     batch_cap: int = 128
-    off_step_base_s: float = _setting(4.81e-3, "goodput prior: OFF step base seconds.")
-    off_step_per_req_s: float = _setting(4.16e-5, "goodput prior: OFF step seconds per request.")
-    on_step_base_s: float = _setting(
+    off_step_base_s: float = setting(4.81e-3, "goodput prior: OFF step base seconds.")
+    off_step_per_req_s: float = setting(4.16e-5, "goodput prior: OFF step seconds per request.")
+    on_step_base_s: float = setting(
         7.25e-3,
         "goodput prior: an engine step ON takes base + per_req * batch seconds; the defaults are "
         "H200 Llama-3.1-8B numbers: put your engine's measured line here.",
     )
-    on_step_per_req_s: float = _setting(4.18e-4, "goodput prior: ON step seconds per request.")
+    on_step_per_req_s: float = setting(4.18e-4, "goodput prior: ON step seconds per request.")
     # weight of the prior, in reports, at each of two pseudo-points (batch 1 and batch_cap)
     prior_weight: float = 2.0
     # per-report decay of older reports in the online fit, both modes (1.0: never forget)
     fit_decay: float = 0.95
-    tick_s: float = _setting(1.0, "Seconds between two policy decisions (actor), at most 60.")
-    ttl_s: float = _setting(30.0, "Forget a replica that has not reported for this long.")
+    tick_s: float = setting(1.0, "Seconds between two policy decisions (actor), at most 60.")
+    ttl_s: float = setting(30.0, "Forget a replica that has not reported for this long.")
 
     def __post_init__(self) -> None:
         problem = _config_problem(self)
