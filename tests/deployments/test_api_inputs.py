@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from deployments.local import LocalApp
+from deployments.local import LocalApp, wait_until
 from tests.deployments.conftest import MODEL
 
 pytestmark = pytest.mark.serve
@@ -213,6 +213,9 @@ def test_seed_makes_sampling_reproducible_in_chat_and_completions(app: LocalApp)
             body["seed"] = seed
         return _text(_post(app, path, body))
 
+    # seed is reproducible on replicas running the same speculation mode (README, Limits): an
+    # earlier test's load may have left a replica OFF for a moment
+    wait_until(lambda: {r["mode"] for r in app.client.replicas()} == {"on"}, 60, why="replicas back ON")
     for path in (TEXT, CHAT):
         with concurrent.futures.ThreadPoolExecutor(3) as pool:  # concurrent: batched together
             same = list(pool.map(sample, [path] * 6, [7] * 6))
