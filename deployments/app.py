@@ -15,29 +15,24 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ray import serve
 from ray.serve.deployment import Application
-from ray.serve.llm import LLMConfig, build_llm_deployment
-from ray.serve.llm.ingress import make_fastapi_ingress
+from ray.serve.llm import LLMConfig
 
-from deployments.config import ConfigError, DataPath, Device, SpecFlipConfig, load_config
-from deployments.engine import EngineFactory, build_specflip_engine
-from deployments.errors import install_handlers
-from deployments.guard import add_guard_and_cors
-from deployments.ingress import SpecFlipIngress
-from deployments.metrics import RequestCountMiddleware
-from deployments.ray_compat import (
-    direct_streaming_app,
-    openai_fastapi_app,
-    strip_ray_error_and_cors_middleware,
-    to_model_metadata,
+from deployments.config import (
+    ConfigError,
+    Device,
+    SpecFlipConfig,
+    load_config,
+    serve_env,
 )
-from deployments.routes import ENDPOINTS, install_openapi
+from deployments.engine import EngineFactory, build_specflip_engine
+from deployments.ray_compat import direct_streaming_app
 from deployments.server import SpecFlipServer
 
 __all__ = [
     "CPU_ENV",
     "CONFIG_ENV",
+    "REPLICA_ENV",
     "ROUTER_CLASS",
     "assemble",
     "build_app",
@@ -50,6 +45,11 @@ CONFIG_ENV = "SPECFLIP_CONFIG"
 ROUTER_CLASS = "deployments.router.SpecFlipRouter"
 # what every process that builds a CPU engine needs before sglang's kernels load (patched_worker.cpu)
 CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
+# Ray Serve's throughput settings, in the replicas (which serve the HTTP app and the engine's
+# tokenizer manager in one process): user code on the replica's one event loop, request logs
+# buffered, no per-request log line on stderr. Not in the driver: there it would forbid blocking
+# handle calls. On CPU the replica's cores per streamed token fell by about a third (docs/benchmarks.md).
+REPLICA_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
 
 
 def config_from_args(args: SpecFlipConfig | Mapping[str, Any]) -> SpecFlipConfig:
@@ -85,7 +85,7 @@ def llm_config_for(config: SpecFlipConfig) -> LLMConfig:
     if config.class_routing:
         deployment_config["request_router_config"] = {
             "request_router_class": ROUTER_CLASS,
-            "request_router_kwargs": config.routing.router_kwargs(),
+            "request_router_kwargs": config.routing.router_kwargs(config.policy.actor_name),
             "request_routing_stats_period_s": config.routing.stats_period_s,
             "request_routing_stats_timeout_s": max(1.0, 4 * config.routing.stats_period_s),
         }
@@ -101,47 +101,33 @@ def llm_config_for(config: SpecFlipConfig) -> LLMConfig:
 
 
 def _runtime_env(config: SpecFlipConfig) -> dict[str, Any] | None:
-    """The replicas' environment: the CPU engine's switches on cpu, plus `replicas.env`."""
-    env = {} if config.engine.device is Device.CUDA else dict(CPU_ENV)
+    """The replicas' environment: Serve's throughput settings, the CPU engine's switches on cpu,
+    then `replicas.env` (which can override either)."""
+    env = dict(REPLICA_ENV) if config.engine.device is Device.CUDA else {**REPLICA_ENV, **CPU_ENV}
     env.update(config.replicas.env)
-    return {"env_vars": env} if env else None
-
-
-def _ingress_app(config: SpecFlipConfig) -> Any:
-    app = openai_fastapi_app()  # Ray's FastAPI app with its middleware
-    strip_ray_error_and_cors_middleware(app)  # replaced: errors.install_handlers, CORS below
-    install_handlers(app)
-    install_openapi(app)
-    add_guard_and_cors(app, config)
-    app.add_middleware(RequestCountMiddleware)  # outermost: sees the final status of every response
-    return app
+    return {"env_vars": env}
 
 
 def assemble(config: SpecFlipConfig, *, engine_factory: EngineFactory = build_specflip_engine) -> Application:
-    """The application graph: SpecFlipIngress -> SpecFlipServer x replicas.count (`serve.data_path:
-    ingress`), or SpecFlipServer x replicas.count as the ingress behind HAProxy (`direct`)."""
-    llm_config = llm_config_for(config)
+    """The application: SpecFlipServer x replicas.count, each serving the API itself (deployments.direct)
+    behind Serve's HAProxy, which asks Ray's ingress request router (LLMRouter, routing through the
+    replicas' request router) for a replica per request."""
+    _require_direct_streaming_env(config)
     bind_kwargs = {"config": config, "engine_factory": engine_factory}
-    if config.serve.data_path is DataPath.DIRECT:
-        app: Application = direct_streaming_app(llm_config, bind_kwargs)
-        return app
-    server = build_llm_deployment(llm_config, bind_kwargs=bind_kwargs)
-    ingress_cls = make_fastapi_ingress(SpecFlipIngress, endpoint_map=ENDPOINTS, app=_ingress_app(config))
-    # one ingress replica: its metrics stay monotonic for Prometheus; it does no heavy work
-    ingress: Any = serve.deployment(
-        ingress_cls,
-        name="SpecFlipIngress",
-        num_replicas=1,
-        max_ongoing_requests=100_000,
-        ray_actor_options={"num_cpus": 0},
-        graceful_shutdown_timeout_s=config.serve.graceful_shutdown_s,
-        graceful_shutdown_wait_loop_s=1.0,
-    )
-    return ingress.bind(
-        llm_deployments={config.model.id: server},
-        model_cards={config.model.id: to_model_metadata(config.model.id, llm_config)},
-        config=config,
-    )
+    app: Application = direct_streaming_app(llm_config_for(config), bind_kwargs)
+    return app
+
+
+def _require_direct_streaming_env(config: SpecFlipConfig) -> None:
+    """The app needs Serve's HAProxy (direct streaming), switched on in the environment of every Ray
+    process before Ray starts: say so in one line instead of Serve's error at deploy time."""
+    missing = [f"{k}={v}" for k, v in serve_env(config).items() if os.environ.get(k) != v]
+    if missing:
+        raise ConfigError(
+            f"specflip needs {' '.join(missing)} in the environment of Ray's processes and of the "
+            "process building the app: export it before `ray start` / `serve run` (`specflip serve` "
+            "sets it; a KubeRay RayService sets it in its containers' env, k8s/rayservice.yaml)"
+        )
 
 
 def build_app(args: dict[str, Any]) -> Application:

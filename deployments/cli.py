@@ -11,9 +11,9 @@ import argparse
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from deployments.config import ConfigError
 
@@ -36,7 +36,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+Registrar = Callable[[Any, type[argparse.ArgumentParser]], None]
+
+
+def build_parser(commands: Sequence[Registrar] | None = None) -> argparse.ArgumentParser:
+    """`specflip`'s parser: `serve`, plus the subcommands `commands` register (default: those of
+    the `specflip.commands` entry points of the installed package)."""
     parser = _Parser(
         prog="specflip",
         description="Ray Serve + SGLang EAGLE-3 with per-replica speculation flipped by load.",
@@ -48,8 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (default: serve.host of the config)")
     serve.add_argument("--port", type=int, help="HTTP port (default: serve.port of the config)")
     serve.set_defaults(func=_serve)
-    for entry in entry_points(group=COMMANDS_GROUP):  # the tooling's subcommands, where installed
-        entry.load()(sub, _Parser)
+    if commands is None:  # the tooling's subcommands, where installed
+        commands = [entry.load() for entry in entry_points(group=COMMANDS_GROUP)]
+    for register in commands:
+        register(sub, _Parser)
     return parser
 
 
@@ -87,8 +94,10 @@ class CommandUnavailable(RuntimeError):
     """A subcommand whose modules this install lacks (exit 1, one line saying what to install)."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, commands: Sequence[Registrar] | None = None) -> int:
+    """Run `specflip` (`commands`: see build_parser; `python -m loadtests` passes the tooling's
+    own, for a source checkout that is on the path but not installed)."""
+    args = build_parser(commands).parse_args(argv)
     try:
         return int(args.func(args))
     except ConfigError as err:

@@ -22,7 +22,7 @@ __all__ = [
     "POLICY_SETTINGS",
     "ConfigError",
     "DIRECT_STREAMING_ENV",
-    "DataPath",
+    "serve_env",
     "Device",
     "EngineSettings",
     "ModelSettings",
@@ -219,13 +219,18 @@ class ReplicaSettings(_Frozen):
     )
 
 
-class DataPath(enum.StrEnum):
-    INGRESS = "ingress"
-    DIRECT = "direct"
-
-
-# what `serve.data_path: direct` needs in the environment of Ray's processes (Serve reads it at start)
-DIRECT_STREAMING_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
+# What the app needs in the environment of every Ray process (Serve reads it at import): Serve's
+# direct streaming with HAProxy in front of the replicas' own HTTP servers, the request body
+# forwarded to the ingress request router (class routing by body fields, prefix affinity), and the
+# class header forwarded to it as Serve's session id. (Ray Serve's throughput settings go to the
+# replicas alone: deployments.app.REPLICA_ENV.)
+DIRECT_STREAMING_ENV = {
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
+    "RAY_SERVE_INGRESS_REQUEST_ROUTER_FORWARD_BODY": "1",
+    # the one request header HAProxy forwards to the request router: the class header (routing.class_header)
+    "RAY_SERVE_SESSION_ID_HEADER_KEY": "x-specflip-class",
+}
 
 
 class ServeSettings(_Frozen):
@@ -246,21 +251,9 @@ class ServeSettings(_Frozen):
         ge=0,
         le=1000,
         description="Streams: after the first chunk, a replica sends at most one packet per this many "
-        "ms with every token generated meanwhile (fewer packets through the Serve path; Ray Serve "
-        "LLM's default is 50); 0 sends every chunk alone.",
-    )
-    data_path: DataPath = Field(
-        default=DataPath.INGRESS,
-        description="How requests reach replicas. ingress: Ray Serve LLM's OpenAI ingress deployment "
-        "(specflip's input checks, stream coalescing, ingress metrics) and a Serve handle to the "
-        "replica. direct: Ray Serve's direct streaming (Ray 2.60, experimental): HAProxy asks an "
-        "ingress request router for a replica, then connects the client to that replica's own "
-        "SGLang OpenAI server (cut down to the OpenAI, model and health routes); specflip's routes "
-        "are served by every replica. Both paths apply the same raw-body checks (strict JSON, "
-        "messages, prompt size against the context) and CORS; past them, direct is SGLang's own "
-        "handling: SGLang's error bodies, SGLang's semantics for seed, min_tokens, token-id prompts "
-        "and tools, no ingress metrics, no stream coalescing, no graceful drain of streams "
-        "(docs/architecture.md, 'Data paths').",
+        "ms with every token generated meanwhile (fewer HTTP writes from the replica's one Python "
+        "process, which also runs the engine's tokenizer manager; Ray Serve LLM's default is 50); 0 "
+        "sends every chunk alone.",
     )
     control_token: str | None = Field(
         default=None,
@@ -277,12 +270,27 @@ class ServeSettings(_Frozen):
         default=30.0,
         ge=0,
         le=3600,
-        description="On shutdown or redeploy, how long a replica (and the ingress) keeps serving "
+        description="On shutdown or redeploy, how long a replica keeps serving "
         "its in-flight requests, streams included, before it is stopped.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_data_path(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "data_path" in data:
+            raise ValueError(
+                "data_path was removed: every replica serves the API itself behind Serve's HAProxy "
+                "(the one data path, docs/architecture.md); delete the key"
+            )
+        return data
+
     def resolved_token(self) -> str | None:
         return self.control_token or os.environ.get("SPECFLIP_CONTROL_TOKEN") or None
+
+
+def serve_env(config: SpecFlipConfig) -> dict[str, str]:
+    """DIRECT_STREAMING_ENV with this config's class header as the header HAProxy forwards."""
+    return {**DIRECT_STREAMING_ENV, "RAY_SERVE_SESSION_ID_HEADER_KEY": config.routing.class_header.lower()}
 
 
 class SpecFlipConfig(_Frozen):

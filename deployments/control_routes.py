@@ -1,13 +1,16 @@
 """specflip's own HTTP routes: `GET /specflip/status`, `POST /specflip/override`, `GET /metrics`.
 
-Served by the ingress (`serve.data_path: ingress`) or, with the direct data path, by every
-replica next to SGLang's own OpenAI routes. Each asks the named policy actor (created here if it
-does not exist yet), with a timeout; the token check and the documents are in deployments.control.
+Served by every replica, beside the OpenAI routes (deployments.direct). Each asks the named
+policy actor (created here if it does not exist yet), with a timeout; the token check and the
+documents are in deployments.control.
 
-Whoever builds `ControlRoutes` first creates the actor and owns it: an actor whose owner drops its
-last handle is destroyed, even while Ray is restarting it. So the handle is kept across timeouts
-and restarts (Ray restarts the actor in place, `max_restarts`), and only an actor that is gone for
-good (killed without restart) is created anew. Restarts are counted from Ray's GCS actor table.
+Whoever builds `ControlRoutes` first creates the actor, detached: it has no owner, so it outlives
+any one replica (every replica builds `ControlRoutes`; a non-detached actor would die with
+whichever replica happened to create it). Each `ControlRoutes`
+hands the actor this app's policy config (a redeployed app finds the running actor of its name);
+`specflip serve` kills it when the app stops. The handle is kept across timeouts and restarts (Ray
+restarts the actor in place, `max_restarts`), and only an actor that is gone for good (killed
+without restart) is created anew. Restarts are counted from Ray's GCS actor table.
 Overrides are rate-limited (a token bucket per process) and never echo the request back.
 """
 
@@ -25,7 +28,7 @@ from starlette.responses import JSONResponse, Response
 from deployments.config import SpecFlipConfig
 from deployments.control import OVERRIDES, OverrideRequest, RateLimiter, check_bearer, status_document
 from deployments.errors import error_response
-from deployments.metrics import CONTENT_TYPE, IngressMetrics
+from deployments.metrics import CONTENT_TYPE, PREFIX, SERVED_FAMILY, IngressMetrics
 from deployments.ray_compat import actor_restarts
 from policy.types import UnknownReplicaError
 
@@ -39,11 +42,16 @@ CONTROL_RATE, CONTROL_BURST = 5.0, 20
 
 
 class ControlRoutes:
-    """The handlers; `metrics` (the ingress's registry) is None where there is none (a replica)."""
+    """The handlers. `metrics`: this process's HTTP-edge registry (None: none). `replica_id`: set in
+    a replica serving the API itself (direct data path), whose edge metrics the policy actor
+    gathers from every replica: `/metrics` there is the actor's text, this replica's pushed first."""
 
-    def __init__(self, config: SpecFlipConfig, metrics: IngressMetrics | None = None) -> None:
+    def __init__(
+        self, config: SpecFlipConfig, metrics: IngressMetrics | None = None, *, replica_id: str | None = None
+    ) -> None:
         self.config = config
         self.metrics = metrics
+        self.replica_id = replica_id
         self.token = config.serve.resolved_token()
         self._control_rate = RateLimiter(CONTROL_RATE, CONTROL_BURST)
         self._policy: Any = None
@@ -64,9 +72,9 @@ class ControlRoutes:
         if self._policy is None:
             from policy.actor import get_or_create_policy_actor
 
-            self._policy = get_or_create_policy_actor(
-                self.config.policy.actor_name, self.config.policy_config()
-            )
+            config = self.config.policy_config()
+            self._policy = get_or_create_policy_actor(self.config.policy.actor_name, config, detached=True)
+            self._policy.configure.remote(config)  # an actor left by an earlier deploy takes this config
         return self._policy
 
     def _policy_gone(self) -> bool:
@@ -118,11 +126,37 @@ class ControlRoutes:
             expected_replicas=self.config.replicas.count,
         )
         document["policy"]["restarts"] = await self.policy_restarts()
-        if self.metrics is not None:  # the ingress: its handle's router routed these
-            from deployments.routing_journal import JOURNAL
-
-            document["routing"] = {"class_routing": self.config.class_routing, **JOURNAL.snapshot()}
+        if self.replica_id is not None:  # every replica counted what it took, the actor sums
+            document["routing"] = {"class_routing": self.config.class_routing, **await self._fleet_routing()}
         return JSONResponse(document)
+
+    async def _fleet_routing(self) -> dict[str, Any]:
+        """Over the fleet, from what every replica and the request router last pushed to the actor
+        (this replica's pushed first): requests by class and the mode of the replica that took them,
+        the router's decisions by reason, and its prefix-affinity hits."""
+        try:
+            await self._push_own_metrics()
+            served = await self._ask_policy("edge_totals", SERVED_FAMILY, ("class", "mode"))
+            reasons = await self._ask_policy("edge_totals", PREFIX + "routed_reasons", ("reason",))
+            prefix = await self._ask_policy("edge_totals", PREFIX + "routed_prefix", ("result",))
+        except Exception:
+            served, reasons, prefix = {}, {}, {}
+        by_class: dict[str, dict[str, int]] = {}
+        for (cls, mode), n in sorted(served.items()):
+            by_class.setdefault(cls, {})[mode] = int(n)
+        return {
+            "by_class_and_mode": by_class,
+            "by_reason": {reason: int(n) for (reason,), n in sorted(reasons.items())},
+            "prefix_affinity": {
+                "hits": int(prefix.get(("hit",), 0)),
+                "misses": int(prefix.get(("miss",), 0)),
+            },
+        }
+
+    async def _push_own_metrics(self) -> None:
+        if self.replica_id is not None and self.metrics is not None:
+            families = list(self.metrics.registry.collect())
+            await self._ask_policy("push_metrics", self.replica_id, families)
 
     async def override(self, request: Request) -> Response:
         wait_s = self._control_rate.allow(time.monotonic())
@@ -162,11 +196,16 @@ class ControlRoutes:
         return JSONResponse({"replica_ids": targets, "mode": order.mode})
 
     async def metrics_text(self) -> Response:
+        """The edge registry's text, then the policy actor's. On the direct data path the actor's
+        text holds every replica's edge families (this replica's pushed just before), so one scrape
+        of any replica shows the fleet; if the actor does not answer, this replica's own."""
+        own = self.metrics.text() if self.metrics is not None else ""
         try:
-            policy_text = await self._ask_policy("metrics_text")
             await self.policy_restarts()
+            if self.replica_id is not None:
+                await self._push_own_metrics()
+                own = ""  # in the actor's text, with this replica's label
+            policy_text = await self._ask_policy("metrics_text")
         except Exception:
             policy_text = ""
-        return Response(
-            (self.metrics.text() if self.metrics is not None else "") + policy_text, media_type=CONTENT_TYPE
-        )
+        return Response(own + policy_text, media_type=CONTENT_TYPE)

@@ -1,15 +1,16 @@
-"""`SpecFlipIngress`: Ray Serve LLM's `OpenAiIngress` plus request checks, control, status, metrics.
+"""`SpecFlipIngress`: Ray Serve LLM's `OpenAiIngress` handlers plus request checks, control,
+status and metrics, run inside every replica (deployments.direct binds them to the replica's own
+HTTP app and hands them the replica's server in-process).
 
-The OpenAI routes are Ray's (`deployments.routes.ENDPOINTS`: those this app serves); ours are
-added through the supported `make_fastapi_ingress(cls, endpoint_map=...)`:
+The OpenAI routes are Ray's (`deployments.routes.ENDPOINTS`: those this app serves), plus:
 
 - `GET  /specflip/status`   fleet status from the policy actor (public)
 - `POST /specflip/override` force a replica (or `*`) on/off/auto; `Authorization: Bearer <token>`
-- `GET  /metrics`           Prometheus text: the ingress's registry, then the policy actor's
+- `GET  /metrics`           Prometheus text: every replica's HTTP-edge metrics and the policy
+                            actor's, from the actor (`deployments.control_routes`)
 
-The ingress creates the named policy actor and owns it (`deployments.control_routes`).
 Chat and completions bodies are checked (`deployments.validation`, and `deployments.structured`
-for structured-output fields) before they reach a replica.
+for structured-output fields) before they reach the engine.
 """
 
 from __future__ import annotations
@@ -32,16 +33,18 @@ from deployments.ray_compat import (
     ChatCompletionRequest,
     CompletionRequest,
     OpenAIHTTPException,
-    current_internal_request_id,
 )
 from deployments.routes import ENDPOINTS, NOT_SERVED
-from deployments.routing_journal import JOURNAL
 from deployments.structured import check_structured, misplaced_fields
 from deployments.validation import check_chat, check_completion
+from policy.routing import classify
 
 __all__ = ["ENDPOINTS", "SpecFlipIngress", "context_limit", "error_response", "model_config_int"]
 
 log = logging.getLogger(__name__)
+
+CLASS_HEADER = "x-specflip-class"  # on every response: the request's class (the replica's middleware
+# adds x-specflip-replica and x-specflip-mode)
 
 
 def context_limit(config: SpecFlipConfig) -> int | None:
@@ -63,15 +66,23 @@ def model_config_int(config: SpecFlipConfig, key: str) -> int | None:
 
 class SpecFlipIngress(OpenAiIngress):
     def __init__(
-        self, llm_deployments: Any, model_cards: Any, *, lora_paths: Any = None, config: SpecFlipConfig
+        self,
+        llm_deployments: Any,
+        model_cards: Any,
+        *,
+        lora_paths: Any = None,
+        config: SpecFlipConfig,
+        replica_id: str,
     ) -> None:
+        """The handlers of the replica `replica_id`, in its own process (deployments.direct)."""
         super().__init__(llm_deployments, model_cards, lora_paths=lora_paths)
         self._config = config
+        self._class_rule = config.routing.class_rule()
         self._token = config.serve.resolved_token()
         self._limit = context_limit(config)
         self._vocab_size = model_config_int(config, "vocab_size")
         self._metrics = ingress_metrics()
-        self._control = ControlRoutes(config, self._metrics)
+        self._control = ControlRoutes(config, self._metrics, replica_id=replica_id)
         log.info(
             "specflip ingress: policy actor %s, control %s",
             config.policy.actor_name,
@@ -119,7 +130,8 @@ class SpecFlipIngress(OpenAiIngress):
         except Exception as err:
             client_error = _client_error(err)
             return client_error if client_error is not None else fault_response(err, request_id_of(request))
-        _add_routing_headers(response)
+        # the class the router and this replica read from the request (header, service_tier, ...)
+        response.headers[CLASS_HEADER] = classify(self._class_rule, body, request.headers).value
         if isinstance(response, StreamingResponse):
             observed = observe_stream(
                 cast(AsyncIterator[str | bytes], response.body_iterator),
@@ -171,21 +183,6 @@ class SpecFlipIngress(OpenAiIngress):
 def _not_served(name: str) -> Response:
     path, why = NOT_SERVED[name]
     return error_response(404, f"{path} is not served: {why}")
-
-
-ROUTING_HEADERS = ("x-specflip-replica", "x-specflip-mode", "x-specflip-class")
-
-
-def _add_routing_headers(response: Response) -> None:
-    """Where this request's handle call was routed (the router wrote it before the replica's first
-    chunk reached here): replica id, its mode when routed, the request's class."""
-    request_id = current_internal_request_id()
-    routed = JOURNAL.pop(request_id) if request_id else None
-    if routed is not None:
-        replica, mode, cls = ROUTING_HEADERS
-        response.headers[replica] = routed.replica_id
-        response.headers[mode] = routed.mode
-        response.headers[cls] = routed.request_class.value
 
 
 def _client_error(err: Exception) -> JSONResponse | None:

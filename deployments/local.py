@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployments.client import SpecflipClient
-from deployments.config import DIRECT_STREAMING_ENV, DataPath, SpecFlipConfig
+from deployments.config import SpecFlipConfig, serve_env
 
 __all__ = ["APP_NAME", "LocalApp", "run_local", "wait_until"]
 
@@ -77,10 +77,10 @@ def run_local(
     worker_pythonpath: put this first on Ray workers' path (a source checkout that is not installed).
     num_cpus: logical CPUs of a new local Ray instance (default: what the replicas need, plus one).
     """
-    haproxy_dir = None
-    if config.serve.data_path is DataPath.DIRECT:  # Serve reads these at import, here and in its actors
-        os.environ.update(DIRECT_STREAMING_ENV)
-        haproxy_dir = _haproxy_env()
+    # Serve with HAProxy on both data paths (direct needs it); Serve reads these at import, here and
+    # in its actors, so they must be set before Ray starts (and before this process imports Serve)
+    os.environ.update(serve_env(config))
+    haproxy_dir = _haproxy_env()
     from ray import serve
 
     from deployments.app import assemble
@@ -97,6 +97,9 @@ def run_local(
     # a busy host can take longer than Serve's 5 s to ready a fresh proxy process; Serve then kills
     # and restarts it until serve.start gives up (local instances only: a cluster has its own env)
     os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "30")
+    # a stopping replica stays open this long so HAProxy can take it out (Ray's default, 30 s, is
+    # for load balancers on other hosts; HAProxy here checks every 250 ms once a check fails)
+    os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "2")
     _init_ray(num_cpus)
     # Ray sets this driver's root logger to INFO (JSON lines): keep the HTTP clients of the
     # status poller and the demo's load from printing a line per request
@@ -124,9 +127,8 @@ def run_local(
         finally:
             local.client.close()
     finally:
-        _shutdown(drain_s=config.serve.graceful_shutdown_s)
-        if haproxy_dir is not None:
-            _stop_haproxy(haproxy_dir)
+        _shutdown(drain_s=config.serve.graceful_shutdown_s, policy_actor=config.policy.actor_name)
+        _stop_haproxy(haproxy_dir)
 
 
 def _haproxy_env() -> str:
@@ -166,11 +168,12 @@ def _stop_haproxy(folder: str) -> None:
             continue
 
 
-def _shutdown(serve_timeout_s: float = 30.0, drain_s: float = 0.0) -> None:
+def _shutdown(serve_timeout_s: float = 30.0, drain_s: float = 0.0, policy_actor: str | None = None) -> None:
     """Delete the app first (its replicas and ingress finish their in-flight requests, streams
-    included, for up to `drain_s`), then serve.shutdown; each bounded: a SIGTERM sent to our whole
-    process group may have taken Ray's own processes down already, and Serve would then wait on
-    them; ray.shutdown stops the rest."""
+    included, for up to `drain_s`), then the app's policy actor (detached: it outlives the app
+    otherwise, on a cluster that keeps running), then serve.shutdown; each bounded: a SIGTERM sent
+    to our whole process group may have taken Ray's own processes down already, and Serve would
+    then wait on them; ray.shutdown stops the rest."""
     import threading
 
     import ray
@@ -179,6 +182,11 @@ def _shutdown(serve_timeout_s: float = 30.0, drain_s: float = 0.0) -> None:
     def drain_then_stop() -> None:
         with contextlib.suppress(Exception):  # already gone, or Serve not reachable any more
             serve.delete(APP_NAME, _blocking=True)
+        if policy_actor is not None:
+            with contextlib.suppress(Exception):  # never created, or already gone
+                ray.kill(
+                    ray.get_actor(policy_actor, namespace="serve"), no_restart=True
+                )  # replicas run in Serve's namespace
         serve.shutdown()
 
     stopper = threading.Thread(target=drain_then_stop, name="serve-shutdown", daemon=True)

@@ -28,23 +28,28 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from deployments.sse import SseDecoder
 
 __all__ = [
     "CONTENT_TYPE",
+    "ROUTED_FAMILY",
+    "SERVED_FAMILY",
     "IngressMetrics",
     "RequestCountMiddleware",
     "endpoint_of",
     "ingress_metrics",
     "observe_stream",
+    "routed_families",
     "usage_tokens",
 ]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREFIX = "specflip_"
+ROUTED_FAMILY = PREFIX + "routed_requests"  # routing decisions by class and the chosen replica's mode
+SERVED_FAMILY = PREFIX + "served_requests"  # requests a replica took, by class and its mode
 _ENDPOINTS = (
     "/v1/chat/completions",
     "/v1/completions",
@@ -101,7 +106,7 @@ class IngressMetrics:
         self.output_tokens = Counter(
             PREFIX + "output_tokens", "Completion tokens returned", ["endpoint"], registry=r
         )
-        r.register(_RoutedCollector())
+        r.register(_ServedCollector())
         self.policy_reachable = Gauge(
             PREFIX + "ingress_policy_reachable",
             "1 if the policy actor answered the last status/metrics call of this ingress",
@@ -117,31 +122,52 @@ class IngressMetrics:
         return generate_latest(self.registry).decode()
 
 
-class _RoutedCollector(Collector):
-    """`specflip_routed_requests_total{class, mode}` from this process's routing journal."""
+_CLASS_MODES = [(c, m) for c in ("interactive", "batch") for m in ("on", "off")]  # series exist from 0
+
+
+class _ServedCollector(Collector):
+    """`specflip_served_requests_total{class, mode}` of this replica (the routing journal's count)."""
 
     def collect(self) -> Any:
         from deployments.routing_journal import JOURNAL
 
         family = CounterMetricFamily(
-            PREFIX + "routed_requests",
-            "Requests the request router of this process sent, by request class and the replica's mode",
+            SERVED_FAMILY,
+            "Requests this replica took, by request class and its speculation mode when it took them",
             labels=["class", "mode"],
         )
-        counts = {(c, m): 0 for c in ("interactive", "batch") for m in ("on", "off")}  # series exist from 0
-        counts.update(JOURNAL.counts_copy())
+        counts = dict.fromkeys(_CLASS_MODES, 0) | JOURNAL.served_copy()
         for (cls, mode), n in sorted(counts.items()):
             family.add_metric([cls, mode], n)
         yield family
-        prefix = CounterMetricFamily(
-            PREFIX + "routed_prefix",
-            "Requests with prompt text the request router of this process sent to a replica that had "
-            "(hit) or had not (miss) been sent the prompt's prefix before",
-            labels=["result"],
-        )
-        for result, n in JOURNAL.prefix_copy().items():
-            prefix.add_metric([result], n)
-        yield prefix
+
+
+def routed_families() -> list[Metric]:
+    """What the request router of this process decided (Ray's LLMRouter process, where
+    deployments.router runs): by class and the chosen replica's mode, by reason, prefix hits."""
+    from deployments.routing_journal import JOURNAL
+
+    routed = CounterMetricFamily(
+        ROUTED_FAMILY,
+        "Requests the request router sent, by request class and the replica's mode in its routing stats",
+        labels=["class", "mode"],
+    )
+    for (cls, mode), n in sorted((dict.fromkeys(_CLASS_MODES, 0) | JOURNAL.counts_copy()).items()):
+        routed.add_metric([cls, mode], n)
+    reasons = CounterMetricFamily(
+        PREFIX + "routed_reasons", "Routing decisions by why the replica's mode was chosen", labels=["reason"]
+    )
+    for reason, n in sorted(JOURNAL.reasons_copy().items()):
+        reasons.add_metric([reason], n)
+    prefix = CounterMetricFamily(
+        PREFIX + "routed_prefix",
+        "Requests with prompt text the request router sent to a replica that had (hit) or had not "
+        "(miss) been sent the prompt's prefix before",
+        labels=["result"],
+    )
+    for result, n in JOURNAL.prefix_copy().items():
+        prefix.add_metric([result], n)
+    return [routed, reasons, prefix]
 
 
 _METRICS: IngressMetrics | None = None

@@ -40,6 +40,8 @@ class PolicyReporter(Protocol):
 
     async def report_async(self, obs: Observation) -> ClientDecision: ...
 
+    def push_metrics(self, families: list[Any]) -> None: ...
+
 
 def _is_rpc_refusal(err: BaseException) -> bool:
     """The scheduler answered but refused (an engine without EAGLE): alive, not switchable."""
@@ -72,6 +74,11 @@ class SpeculationLoop:
         self.last_step_s: float | None = None  # mean decode step seconds over the last tick
         # latency-class requests in flight here (the server counts them; the MIXED rule sizes from them)
         self.interactive_in_flight: Callable[[], int] = lambda: 0
+        # this replica's HTTP-edge metric families, pushed to the policy actor every `metrics_push_s`
+        # (direct data path: the replica serves the API; None: nothing to push)
+        self.edge_metrics: Callable[[], list[Any]] | None = None
+        self.metrics_push_s = 1.0
+        self._pushed_at: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -136,6 +143,7 @@ class SpeculationLoop:
                 self.last_step_s = (state.decode_seconds - self.last_state.decode_seconds) / steps
         decision = await self._reporter.report_async(obs)
         self.last_state, self.last_decision, self.last_error = state, decision, None
+        self._push_metrics()
         want_on = decision.desired is SpecMode.ON
         if state is not None and state.patched and want_on != state.requested:
             switch = asyncio.to_thread(self._engine.set_speculation, want_on)
@@ -153,6 +161,18 @@ class SpeculationLoop:
                 decision.reason,
             )
         return decision
+
+    def _push_metrics(self) -> None:
+        now = self._clock()
+        if self.edge_metrics is None or (
+            self._pushed_at is not None and now - self._pushed_at < self.metrics_push_s
+        ):
+            return
+        self._pushed_at = now
+        try:
+            self._reporter.push_metrics(self.edge_metrics())
+        except Exception:  # metrics must never cost a tick
+            log.exception("replica %s: pushing metrics failed", self.replica_id)
 
     def _timed_out(self, call: str) -> None:
         self.control_timeouts += 1
@@ -246,6 +266,7 @@ def _engine_report(s: SpeculationState, control_timeouts: int) -> EngineReport:
         off_steps=s.off_steps,
         control_timeouts=control_timeouts,
         sglang_version=s.sglang_version,
+        decode_tokens=s.decode_tokens,
     )
 
 

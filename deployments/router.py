@@ -23,8 +23,10 @@ which the ingress turns into response headers, `/specflip/status` and `/metrics`
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,16 +40,26 @@ from policy.types import SpecMode
 
 __all__ = ["SpecFlipRouter", "prompt_text", "request_class_of"]
 
+PUSH_EVERY_S = 1.0  # routing counts to the policy actor at most this often
+SERVE_NAMESPACE = "serve"  # Ray namespace of Serve's replicas, where the policy actor is created
 TREE_CHARS_PER_REPLICA = 400_000  # characters remembered per replica (least recent evicted), as Ray's default
 
 
-def request_class_of(rule: ClassRule, args: Sequence[Any]) -> RequestClass:
-    """The class of a handle call's args: (request, RawRequestInfo) on the ingress path,
-    (namespace of the body,) on the direct path, () when the body had no prompt."""
+def request_class_of(rule: ClassRule, args: Sequence[Any], session: str | None = None) -> RequestClass:
+    """The class of a request: `args` are (request, RawRequestInfo) in a replica, or (namespace of
+    the body,) / () in Ray's LLMRouter, which sees no headers but the one HAProxy forwards as Serve's
+    session id (`session`: the class header's value, RAY_SERVE_SESSION_ID_HEADER_KEY)."""
     body = args[0] if args else None
     info = args[1] if len(args) > 1 else None
     headers = getattr(info, "headers", None)
-    return classify(rule, body, headers if isinstance(headers, Mapping) else None)
+    if not isinstance(headers, Mapping):
+        headers = {rule.header: session} if session else None
+    return classify(rule, body, headers)
+
+
+def _session(pending: PendingRequest | None) -> str | None:
+    value = getattr(getattr(pending, "metadata", None), "session_id", None)
+    return value if isinstance(value, str) and value else None
 
 
 def _text(value: Any) -> str:
@@ -109,6 +121,10 @@ class SpecFlipRouter(RequestRouter):
         self._parsed: dict[ReplicaID, tuple[Any, ReplicaStats | None]] = {}
         self._tree: Any = PrefixTree() if self.routing.prefix_affinity else None
         self._holders: dict[str, frozenset[str]] = {}  # request id -> prefix holders its ranking saw
+        self._recorded: OrderedDict[str, bool] = OrderedDict()  # requests whose pick was recorded
+        self._actor_name: str | None = kwargs.get("policy_actor")  # where routing counts go
+        self._actor: Any = None
+        self._pushed_at = float("-inf")
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         super().update_replicas(replicas)
@@ -125,14 +141,21 @@ class SpecFlipRouter(RequestRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
-        return self.rank_candidates(candidate_replicas, pending_request)[0]
+        """The ranks. Ray's ingress request router (the HAProxy path) takes the first replica of
+        the first rank without probing or reserving, and never reports where the request went
+        (`on_request_routed` is for handle calls): so that pick is recorded here."""
+        ranks = self.rank_candidates(candidate_replicas, pending_request)[0]
+        chosen = next((rank[0] for rank in ranks if rank), None)
+        if chosen is not None and pending_request is not None:
+            self._record(pending_request, chosen.replica_id)
+        return ranks
 
     def rank_candidates(
         self, candidates: Sequence[RunningReplica], pending_request: PendingRequest | None
     ) -> tuple[list[list[RunningReplica]], RequestClass, RankReason]:
         """The ranks Serve tries in order, the request's class and why (sync: the benchmark times it)."""
         args = pending_request.args if pending_request is not None else []
-        cls = request_class_of(self.class_rule, args)
+        cls = request_class_of(self.class_rule, args, _session(pending_request))
         stats = [self._stats_of(r) for r in candidates]
         cache = self.replica_queue_len_cache
         loads = []
@@ -221,11 +244,25 @@ class SpecFlipRouter(RequestRouter):
 
     # -- bookkeeping --------------------------------------------------------------------------
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
+        """Serve's hook after a handle call was routed (a reserved pick): recorded unless the
+        ranking already recorded this request's pick (choose_replicas)."""
+        key = _request_key(pending_request)
+        if key is not None and self._recorded.pop(key, None) is not None:
+            return
+        self._record(pending_request, replica_id, remember=False)
+
+    def _record(self, pending_request: PendingRequest, replica_id: ReplicaID, remember: bool = True) -> None:
+        """Journal the decision, teach the prefix tree, push the counts (at most once a second)."""
+        key = _request_key(pending_request)
+        if remember and key is not None:
+            self._recorded[key] = True
+            if len(self._recorded) > 4096:  # picks Serve dispatched without calling on_request_routed
+                self._recorded.popitem(last=False)
         replica = self.curr_replicas.get(replica_id)
         stats = ReplicaStats.from_routing_stats(replica.routing_stats) if replica is not None else None
         fresh = stats is not None and self._clock() - stats.at <= self.routing.stale_after_s
         mode = stats.mode.value if stats is not None and fresh else UNKNOWN_MODE
-        cls = request_class_of(self.class_rule, pending_request.args)
+        cls = request_class_of(self.class_rule, pending_request.args, _session(pending_request))
         want = cls.preferred_mode.value
         if not fresh:
             reason = RankReason.STALE
@@ -244,3 +281,22 @@ class SpecFlipRouter(RequestRouter):
             pending_request.metadata.internal_request_id,
             Routed(_replica_tag(replica_id), mode, cls, reason, prefix_hit=hit),
         )
+        self._push_counts()
+
+    def _push_counts(self) -> None:
+        """Every PUSH_EVERY_S, hand the policy actor this process's routing counts (fire and forget:
+        `/metrics` and `/specflip/status` show them from there). Never fails a routing decision."""
+        now = self._clock()
+        if self._actor_name is None or now - self._pushed_at < PUSH_EVERY_S:
+            return
+        self._pushed_at = now
+        try:
+            import ray
+
+            from deployments.metrics import routed_families
+
+            if self._actor is None:
+                self._actor = ray.get_actor(self._actor_name, namespace=SERVE_NAMESPACE)
+            self._actor.push_metrics.remote(f"router:{os.getpid()}", routed_families())
+        except Exception:  # noqa: BLE001 - counts only: the actor may be restarting or not created yet
+            self._actor = None

@@ -43,7 +43,17 @@ def _generation(model: Any) -> dict[int | str, dict[str, Any]]:
         200: {
             "model": model,
             "description": "The completion (JSON), or with `stream: true` server-sent events",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            # one server-sent event (as an SSE parser hands it over): `data` is an OpenAI chunk's
+            # JSON, or [DONE]
+            "content": {
+                "text/event-stream": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["data"],
+                        "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
+                    }
+                }
+            },
         },
         **_errors(400, 404, 408, 413, 500, 503),
     }

@@ -1,7 +1,8 @@
-"""What this process's request router routed: per request (by Serve's internal request id) the
-replica and its mode, and counts by class and mode. The ingress reads it for response headers,
-`/specflip/status` and `/metrics` (deployments.router writes it; it lives apart because Serve
-pickles the router's module by value, and a copy of this state would be no use to the ingress).
+"""What this process routed or served, counted: in Ray's ingress request router (LLMRouter, where
+deployments.router runs) per request the replica and its mode, counts by class and mode, by reason
+and prefix-affinity hits; in a replica the requests it took by class and its mode. Both push their
+counts to the policy actor (`/metrics`, `/specflip/status`). It lives apart from the router because
+Serve pickles the router's module by value: state kept there would be a copy per decision.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class RoutingJournal:
         self.counts: Counter[tuple[str, str]] = Counter()  # (class, mode) -> requests routed
         self.reasons: Counter[str] = Counter()
         self.prefix: Counter[str] = Counter()  # "hit" / "miss" of prefix affinity
+        self.served: Counter[tuple[str, str]] = Counter()  # (class, mode) -> requests a replica took
 
     def record(self, request_id: str, routed: Routed) -> None:
         with self._lock:
@@ -51,6 +53,12 @@ class RoutingJournal:
             if routed.prefix_hit is not None:
                 self.prefix["hit" if routed.prefix_hit else "miss"] += 1
 
+    def count_served(self, request_class: RequestClass, mode: str) -> None:
+        """A request a replica took from its own HTTP server (direct data path): routed there by
+        Ray's ingress request router in another process, counted here by class and mode."""
+        with self._lock:
+            self.served[(request_class.value, mode)] += 1
+
     def pop(self, request_id: str) -> Routed | None:
         with self._lock:
             return self._entries.pop(request_id, None)
@@ -58,6 +66,14 @@ class RoutingJournal:
     def counts_copy(self) -> dict[tuple[str, str], int]:
         with self._lock:
             return dict(self.counts)
+
+    def served_copy(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self.served)
+
+    def reasons_copy(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.reasons)
 
     def prefix_copy(self) -> dict[str, int]:
         with self._lock:

@@ -40,8 +40,9 @@ class _RoutingAppSettings(BaseModel):
     class_header: str = Field(
         default="x-specflip-class",
         min_length=1,
-        description="HTTP header naming a request's class (interactive | batch); seen by the router "
-        "on serve.data_path ingress only (HAProxy does not forward it on direct).",
+        description="HTTP header naming a request's class (interactive | batch). HAProxy forwards it "
+        "to the request router as Serve's session id: Ray's processes need "
+        "RAY_SERVE_SESSION_ID_HEADER_KEY set to it (`specflip serve` sets it from here).",
     )
     default_class: RequestClass = Field(
         default=RequestClass.BATCH,
@@ -74,10 +75,12 @@ class _RoutingAppSettings(BaseModel):
         except ValueError as e:
             raise ValueError(str(e).removeprefix("RoutingConfig: ")) from None
 
-    def router_kwargs(self) -> dict[str, Any]:
-        """`request_router_kwargs` of the replica deployment (plain data: Serve serializes it)."""
+    def router_kwargs(self, policy_actor: str | None = None) -> dict[str, Any]:
+        """`request_router_kwargs` of the replica deployment (plain data: Serve serializes it);
+        `policy_actor`: where the router sends its counts."""
         rule, cfg = self.class_rule(), self.routing_config()
         return {
+            "policy_actor": policy_actor,
             "class_rule": {
                 "header": rule.header,
                 "default": rule.default.value,

@@ -147,11 +147,14 @@ class SpecFlipServer(SGLangServer):
 
     async def __serve_build_asgi_app__(self) -> Any:
         """`serve.data_path: direct`: the HTTP app this replica serves itself behind Serve's HAProxy
-        (deployments.direct: SGLang's OpenAI routes on this engine, guarded, and specflip's routes)."""
+        (deployments.direct: the edge app with the OpenAI handlers calling this server in-process)."""
         from deployments.direct import direct_app
+        from deployments.metrics import ingress_metrics
 
-        app = direct_app(self.engine, self.config, self._llm_config)
+        app = direct_app(self, self.config, self._llm_config)
         app.add_middleware(_RoutingHeaders, server=self)
+        registry = ingress_metrics().registry
+        self.loop.edge_metrics = lambda: list(registry.collect())
         return app
 
     async def describe(self) -> dict[str, Any]:
@@ -335,11 +338,13 @@ class SpecFlipServer(SGLangServer):
     ) -> AsyncGenerator[Any, None]:
         """Counts latency-class requests in flight (the same classification as the router's)."""
         from deployments.router import request_class_of
+        from deployments.routing_journal import JOURNAL
         from policy.routing import RequestClass
 
-        interactive = (
-            request_class_of(self._class_rule, (request, raw_request_info)) is RequestClass.INTERACTIVE
-        )
+        request_class = request_class_of(self._class_rule, (request, raw_request_info))
+        interactive = request_class is RequestClass.INTERACTIVE
+        # routed here by Ray's ingress request router, in another process: counted here
+        JOURNAL.count_served(request_class, self.current_mode())
         self._interactive += interactive
         try:
             async for item in items:

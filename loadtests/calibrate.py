@@ -93,8 +93,14 @@ def load_ceiling(path: str | Path, client: str, processes: int) -> Ceiling | Non
 
 
 def _children_named(word: str) -> list[int]:
-    me = psutil.Process()
-    return [p.pid for p in me.children() if word in " ".join(p.cmdline())]
+    found = []
+    for p in psutil.Process().children():
+        try:  # a child can exit (or be a zombie) between the listing and the read
+            if word in " ".join(p.cmdline()):
+                found.append(p.pid)
+        except psutil.Error:
+            continue
+    return found
 
 
 class _WindowMeter:

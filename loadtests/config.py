@@ -33,6 +33,8 @@ class LoadConfig:
     prompt_set: PromptSet = "synthetic"
     input_len: int = 128
     output_len: int = 128
+    output_spread: float = 0.0
+    start_stagger_s: float = 0.0
     num_prompts: int = 256
     seed: int = 0
     corpus_dir: str = ""
@@ -54,6 +56,10 @@ class LoadConfig:
         for name in ("input_len", "output_len", "num_prompts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.output_spread < 1.0:
+            raise ConfigError(f"output_spread must be in [0, 1), got {self.output_spread}")
+        if self.start_stagger_s < 0:
+            raise ConfigError(f"start_stagger_s must be >= 0, got {self.start_stagger_s}")
         parse_shape(self.shape)  # fail here, not at the first tick
 
     @property
@@ -76,7 +82,10 @@ HELP: dict[str, str] = {
     "api": "chat (/v1/chat/completions) or completions (/v1/completions)",
     "prompt_set": "synthetic (common words) or corpus (local text files)",
     "input_len": "prompt length in words (~tokens, see loadtests/prompts.py)",
-    "output_len": "max_tokens per request",
+    "output_len": "max_tokens per request (the mean, with output_spread)",
+    "output_spread": "max_tokens drawn per request uniformly from output_len x [1 - s, 1 + s] "
+    "(0 = all equal; > 0 keeps users from finishing in lockstep waves)",
+    "start_stagger_s": "each user waits a random 0..s seconds before its first request",
     "num_prompts": "prompts in the set (cycled)",
     "seed": "seed of the prompt set",
     "corpus_dir": "folder of .py/.txt files for the corpus set ('' = the Python stdlib)",

@@ -1,9 +1,17 @@
 """Percentiles, throughput and goodput over a measurement window of request records.
 
-Window rule: a request belongs to the window when it *completed* inside it
-(steady-state counting: requests still warming up at the start and those cut off
-at the end neither inflate nor deflate the rate). Cancelled requests (a user
-stopped mid-stream) carry no latency and are left out.
+Two window rules:
+- **Tokens by arrival** (`output_tokens`, `output_tok_s`): the output tokens that reached the
+  client inside the window, whichever request carried them (a request's tokens are spread
+  evenly over its token chunks, each counted at the chunk's arrival time; a non-streamed
+  response's tokens all count at its end). Requests still running at either edge count for the
+  part they delivered inside, cancelled ones too (their tokens were delivered), failed ones not.
+  A rate counted from whole requests quantizes: users that start together with equal output
+  lengths finish in waves, and a window holds a whole number of waves (every c >= 128 point of
+  the 2026-12-01 H200 run counted exactly 768 requests; one counted 0).
+- **Requests by completion** (latencies, `requests`, `req_s`, goodput): a request belongs to the
+  window when it *completed* inside it. Cancelled requests (a user stopped mid-stream) carry no
+  latency and are left out.
 
 Goodput (as in vLLM's `--goodput` and SGLang's bench_serving): completed requests
 per second whose TTFT and TPOT both meet the SLOs; an SLO set to None is not
@@ -28,6 +36,7 @@ __all__ = [
     "percentile",
     "summarize",
     "throughput_timeline",
+    "window_tokens",
 ]
 
 CANCELLED = "cancelled"
@@ -99,19 +108,20 @@ def summarize(records: Iterable[RequestRecord], start: float, end: float, slo: S
     """Summarize the requests that completed in [start, end)."""
     if end <= start:
         raise ValueError(f"empty window [{start}, {end})")
+    records = list(records)
     inside = [r for r in records if start <= r.end < end and r.error != CANCELLED]
     good = [r for r in inside if r.ok]
     duration = end - start
     ttfts = [r.ttft for r in good if r.ttft is not None]
     tpots = [r.tpot for r in good if r.tpot is not None]
     itls = [g for r in good for g in r.itl]
-    tokens = sum(r.output_tokens for r in good)
+    tokens = window_tokens(records, start, end)
     return Summary(
         requests=len(inside),
         ok=len(good),
         errors=len(inside) - len(good),
         duration_s=duration,
-        output_tokens=tokens,
+        output_tokens=round(tokens),
         output_tok_s=tokens / duration,
         req_s=len(good) / duration,
         goodput_req_s=sum(1 for r in good if meets_slo(r, slo)) / duration,
@@ -127,6 +137,28 @@ def summarize(records: Iterable[RequestRecord], start: float, end: float, slo: S
         chunk_counted=sum(1 for r in good if r.token_source == "chunks"),
         chunks_s=sum(r.chunks for r in good) / duration,
     )
+
+
+def _delivers(r: RequestRecord) -> bool:
+    """Whether a record's tokens count: successful, or cancelled (delivered until it stopped)."""
+    return r.ok or r.error == CANCELLED
+
+
+def window_tokens(records: Iterable[RequestRecord], start: float, end: float) -> float:
+    """Output tokens that arrived in [start, end) (the arrival rule of the module docstring)."""
+    total = 0.0
+    for r in records:
+        if not _delivers(r) or r.output_tokens <= 0:
+            continue
+        times = r.token_times()
+        if not times:  # not streamed: everything at the end
+            total += r.output_tokens if start <= r.end < end else 0.0
+            continue
+        if times[-1] < start or times[0] >= end:
+            continue
+        arrived = sum(1 for t in times if start <= t < end)
+        total += r.output_tokens * arrived / len(times)
+    return total
 
 
 def throughput_timeline(

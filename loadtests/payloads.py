@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from loadtests.config import LoadConfig
 from loadtests.prompts import Prompt
 
-__all__ = ["API_PATHS", "build_request"]
+__all__ = ["API_PATHS", "build_request", "output_len"]
 
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
-def build_request(cfg: LoadConfig, model: str, prompt: Prompt) -> dict[str, Any]:
+def output_len(cfg: LoadConfig, rng: random.Random | None = None) -> int:
+    """max_tokens of one request: `output_len`, or drawn from output_len x [1 - s, 1 + s]."""
+    if cfg.output_spread <= 0 or rng is None:
+        return cfg.output_len
+    low = max(1, round(cfg.output_len * (1 - cfg.output_spread)))
+    return rng.randint(low, round(cfg.output_len * (1 + cfg.output_spread)))
+
+
+def build_request(
+    cfg: LoadConfig, model: str, prompt: Prompt, rng: random.Random | None = None
+) -> dict[str, Any]:
     """The JSON body of one request (streaming unless `cfg.stream` is off).
 
     `stream_options.include_usage` asks for a final usage chunk (exact output
     token counts); `ignore_eos` (SGLang/vLLM extension) keeps output lengths at
-    `output_len` so runs are comparable. Servers that ignore either still work.
+    max_tokens (`output_len`, or drawn with `output_spread` from `rng`) so runs are comparable.
+    Servers that ignore either still work.
     """
-    body: dict[str, Any] = {"model": model, "max_tokens": cfg.output_len, "temperature": cfg.temperature}
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": output_len(cfg, rng),
+        "temperature": cfg.temperature,
+    }
     if cfg.stream:
         body.update(stream=True, stream_options={"include_usage": True})
     if cfg.ignore_eos:

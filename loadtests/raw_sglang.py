@@ -11,7 +11,8 @@ parser (so a renamed or removed flag fails here, loudly), printed, and SGLang's
 (every `speculative_*` argument, nothing else): a plain engine, the comparison for a replica
 whose speculation is OFF. Differences from a
 replica: SGLang's server warm-up request runs (its default); `replicas.env` of the config
-(e.g. `SGLANG_SIMULATE_ACC_LEN`) is set in this process before SGLang is imported.
+(e.g. `SGLANG_SIMULATE_ACC_LEN`) is set in this process before SGLang is imported; SGLang logs at its
+default level (info), whose decode-batch lines `loadtests.referee` reads.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.speculation == "off":  # the same engine arguments without the draft (attention backend kept)
         kw = {k: v for k, v in kw.items() if not k.startswith("speculative_")}
     kw.pop("skip_server_warmup", None)  # a user's server warms up: SGLang's default
+    # SGLang's default log level: its scheduler's decode-batch lines (one per 40 steps) are the
+    # engine's own throughput count that loadtests.referee reads (replicas log at "error")
+    kw["log_level"] = "info"
     kw.update(host=args.host, port=args.port, served_model_name=config.model.id)
     flags = launch_argv(kw) + [a for a in args.extra if a != "--"]
     print("raw_sglang: python -m sglang.launch_server " + shlex.join(flags), flush=True)

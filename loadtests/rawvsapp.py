@@ -1,22 +1,31 @@
 """SGLang's own server vs the specflip app: same engine arguments, same client, same host, one run.
 
-    python -m loadtests.rawvsapp --config deployments/examples/h200-dummy8b-1replica.yaml \\
-        --speculation off,on --concurrency 1,8,32,64,128,256 --stream both --duration 20 \\
-        --locust-processes 8 --calibration out/calibration/calibration.json --profile-at 128 \\
+    python -m loadtests.rawvsapp --config deployments/examples/h200-dummy8b-1replica.yaml \
+        --speculation off,on --concurrency 1,32,64,128,256 --repeat 128=3,256=3 --window 20 \
+        --stream yes --plain-concurrency 128,256 --locust-processes 8 --output-spread 0.5 \
+        --sglang-client 128,256 --calibration out/calibration/calibration.json --profile-at 128 \
         --out out/rawvsapp
 
 Each app variant (`--app NAME=CONFIG`, default the --config itself: `specflip serve`, the
-config's replicas; speculation set by operator override) serves every point, then, for each
-speculation mode, SGLang's `launch_server` with the replica's engine arguments
-(`loadtests.raw_sglang`; plain engine for `off`, EAGLE-3 for `on`) serves the same points, with
-the same Locust client. Apps go first so that on a fresh host any kernel compiled on first use
-lands in an app replica's warm-up, where a first-token stall would show. A point is a fixed number of users
-sending back to back for `--warmup` + `--duration` seconds; only requests that complete
-inside the measured window count. With `--calibration`, a point whose client took in more
-than `--max-load` of its calibrated ceiling (chunks/s) is marked client-bound and left out of
-the comparison. With `--profile-at C`, the streaming point at concurrency C is also profiled
-(py-spy, every process on the serving path and the client; `loadtests.profiles`).
-Writes results.json and report.md (`loadtests.rawvsapp_report`) into --out after every point.
+config's replicas; speculation set by operator override) is measured, then, for each speculation
+mode, SGLang's `launch_server` with the replica's engine arguments (`loadtests.raw_sglang`; plain
+engine for `off`, EAGLE-3 for `on`), with the same Locust client. Apps go first so that on a fresh
+host any kernel compiled on first use lands in an app replica's warm-up.
+
+One Locust run per (target, mode, streaming) steps through the concurrency levels: each level
+runs `--settle` seconds, then `--window` seconds per measured window (`--repeat C=N`: N
+consecutive windows at level C). A window counts the output tokens that arrived inside it
+(`loadtests.metrics`: by chunk arrival, not by request completion, which quantizes into waves);
+output lengths are drawn from `--output-len` x [1 - s, 1 + s] (`--output-spread`) and users start
+`--stagger` seconds apart at most, so they do not run in lockstep. Every window also gets the
+engine's own decode tok/s (`loadtests.referee`: SGLang's scheduler log for raw, the replicas'
+`decode_tokens` for the app) as referee. `--sglang-client C,...`: SGLang's own benchmark client
+(`python -m sglang.benchmark.serving`) against the plain raw server at those levels too, with the
+referee over its run. With `--calibration`, a point whose client took in more than `--max-load`
+of its calibrated ceiling (chunks/s) is marked client-bound. With `--profile-at C`, the first
+streaming window at level C is profiled (py-spy, every process on the serving path and the
+client; `loadtests.profiles`). Writes results.json and report.md (`loadtests.rawvsapp_report`)
+into --out after every run.
 """
 
 from __future__ import annotations
@@ -25,11 +34,13 @@ import argparse
 import datetime as dt
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from deployments.client import SpecflipClient
 from loadtests.calibrate import load_ceiling
@@ -39,9 +50,10 @@ from loadtests.locust_run import run_locust
 from loadtests.metrics import Slo, summarize
 from loadtests.profiles import ProcessProfile, profiles_markdown, record, serving_processes
 from loadtests.rawvsapp_report import write_report
+from loadtests.referee import LogReferee, StatusReferee
 from loadtests.servers import ServerError, ServerProcess
 
-__all__ = ["Point", "build_parser", "main"]
+__all__ = ["ClientRun", "Point", "build_parser", "main"]
 
 _BIND_FAILED = "error while attempting to bind"
 CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
@@ -68,12 +80,30 @@ class Point:
     tpot_p50_ms: float | None
     itl_p99_ms: float | None
     e2e_p50_ms: float | None
+    repeat: int = 0  # which consecutive window at this level (0, 1, ...)
+    engine_tok_s: float | None = None  # the engine's own decode tok/s over the window (the referee)
+    window_start: float = 0.0  # epoch seconds
+
+
+@dataclass(frozen=True)
+class ClientRun:
+    """SGLang's benchmark client at one level against the plain raw server, with the referee."""
+
+    client: str
+    concurrency: int
+    prompts: int
+    output_tok_s: float
+    engine_tok_s: float | None
+    duration_s: float
+    tpot_p50_ms: float | None
+    ttft_p50_ms: float | None
 
 
 class _Profiler:
     """Called by run_locust while a point runs: profiles once, `warmup_s` after the first request."""
 
     def __init__(self, pids: dict[str, int], warmup_s: float, seconds: float, out_dir: Path) -> None:
+        """Profile `seconds` long, starting `warmup_s` after the run's first request."""
         self.pids, self.warmup_s, self.seconds, self.out_dir = pids, warmup_s, seconds, out_dir
         self.first: float | None = None
         self.thread: threading.Thread | None = None
@@ -100,11 +130,14 @@ class _Profiler:
 def _locust_pids() -> dict[str, int]:
     import psutil
 
-    found = {}
-    for i, p in enumerate(
-        p for p in psutil.Process().children(recursive=True) if "locust" in " ".join(p.cmdline())
-    ):
-        found[f"client-{i}"] = p.pid
+    found: dict[str, int] = {}
+    for p in psutil.Process().children(recursive=True):
+        try:  # a child can exit (or be a zombie) between the listing and the read
+            cmdline = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "locust" in cmdline:
+            found[f"client-{len(found)}"] = p.pid
     return found
 
 
@@ -115,6 +148,7 @@ class Bench:
         self.points: list[Point] = []
         self.profiles: list[str] = []
         self.notes: list[str] = []
+        self.client_runs: list[ClientRun] = []
         self.ceiling = None
         if args.calibration:
             self.ceiling = load_ceiling(args.calibration, "locust", args.locust_processes)
@@ -127,57 +161,124 @@ class Bench:
     def log(self, line: str) -> None:
         print(line, flush=True)
 
-    def measure(
-        self, url: str, target: str, spec: str, server_pids: dict[str, int], replicas: int = 1
-    ) -> None:
+    def levels_for(self, target: str, spec: str, stream: bool) -> list[int]:
         a = self.args
-        levels = a.app_levels.get(target) or (a.concurrency_on if spec == "on" else a.concurrency)
-        for stream in a.streams:
-            for c in levels:
-                label = f"{target} speculation={spec} {'stream' if stream else 'plain'} c={c}"
-                self.log(f"[rawvsapp] {label} ...")
-                cfg = LoadConfig(
-                    api=a.api, input_len=a.input_len, output_len=a.output_len, stream=stream,
-                    shape=f"fixed:users={c},duration={a.warmup + a.duration + 1}", slo_ttft_ms=None, slo_tpot_ms=None,
-                )  # fmt: skip
-                run_dir = self.out / "runs" / f"{target}-{spec}-{'s' if stream else 'n'}-c{c}"
-                profiler = None
-                if stream and c == a.profile_at:
-                    seconds = max(2.0, min(10.0, a.duration - 2))
-                    profiler = _Profiler(
-                        server_pids, a.warmup, seconds, self.out / "profiles" / f"{target}-{spec}"
-                    )
-                run = run_locust(
-                    url, cfg, run_dir, processes=a.locust_processes, on_progress=profiler, progress_every=0.5
-                )
-                t0 = run.load_start + a.warmup
-                s = summarize(run.records, t0, t0 + a.duration, Slo(None, None))
-                load = s.chunks_s / self.ceiling.chunks_s if (stream and self.ceiling) else None
-                point = Point(
-                    target, replicas, spec, stream, c, s.requests, s.errors, s.duration_s, s.output_tok_s, s.req_s, s.chunks_s,
-                    load, s.ttft_p50_ms, s.ttft_p99_ms, s.tpot_p50_ms, s.itl_p99_ms, s.e2e_p50_ms,
-                )  # fmt: skip
-                self.points.append(point)
-                self.log(
-                    f"[rawvsapp] {label}: {s.output_tok_s:,.0f} tok/s, {s.requests} requests ({s.errors} errors), "
-                    f"TTFT p50 {s.ttft_p50_ms or 0:.1f} ms, TPOT p50 {s.tpot_p50_ms or 0:.2f} ms"
-                    + (f", client at {load:.0%} of its ceiling" if load is not None else "")
-                )
-                if profiler is not None:
-                    title = f"{target}, speculation {spec}, c={c} (streaming)"
-                    self.profiles.append(profiles_markdown(title, profiler.finish(), profiler.seconds))
-                self.write()
+        if not stream:
+            return a.plain_concurrency if spec in a.plain_speculation else []
+        return a.app_levels.get(target) or (a.concurrency_on if spec == "on" else a.concurrency)
 
-    def run_raw(self, spec: str, attempts: int = 2) -> None:
+    def measure(
+        self, url: str, target: str, spec: str, server_pids: dict[str, int], referee: Any, replicas: int = 1
+    ) -> None:
+        """One Locust run per streaming mode through every level; a Point per measured window."""
+        a = self.args
+        for stream in a.streams:
+            levels = self.levels_for(target, spec, stream)
+            if not levels:
+                continue
+            repeats = [a.repeats.get(c, 1) for c in levels]
+            lengths = [a.settle + a.window * n for n in repeats]
+            label = f"{target} speculation={spec} {'stream' if stream else 'plain'}"
+            self.log(f"[rawvsapp] {label} c={'/'.join(map(str, levels))} ({sum(lengths):.0f} s) ...")
+            steps = "/".join(map(str, levels))
+            cfg = LoadConfig(
+                api=a.api, input_len=a.input_len, output_len=a.output_len, output_spread=a.output_spread,
+                start_stagger_s=a.stagger, stream=stream, slo_ttft_ms=None, slo_tpot_ms=None,
+                shape=f"steps:users={steps},step={'/'.join(f'{x:g}' for x in lengths)}",
+            )  # fmt: skip
+            cfg = cfg.replace(shape=cfg.shape + f",spawn_rate={max(levels)}")
+            run_dir = self.out / "runs" / f"{target}-{spec}-{'s' if stream else 'n'}"
+            profiler = None
+            if stream and a.profile_at in levels:
+                at = sum(lengths[: levels.index(a.profile_at)]) + a.settle
+                seconds = max(2.0, min(10.0, a.window - 2))
+                profiler = _Profiler(server_pids, at, seconds, self.out / "profiles" / f"{target}-{spec}")
+            run = run_locust(
+                url, cfg, run_dir, processes=a.locust_processes, on_progress=profiler, progress_every=0.5
+            )
+            level_start = run.t0
+            for c, n, length in zip(levels, repeats, lengths, strict=True):
+                for k in range(n):
+                    w0 = level_start + a.settle + k * a.window
+                    self.add_point(run.records, target, replicas, spec, stream, c, k, w0, referee)
+                level_start += length
+            if profiler is not None:
+                title = f"{target}, speculation {spec}, c={a.profile_at} (streaming)"
+                self.profiles.append(profiles_markdown(title, profiler.finish(), profiler.seconds))
+            self.write()
+
+    def add_point(
+        self, records: list, target: str, replicas: int, spec: str, stream: bool, c: int, k: int,
+        w0: float, referee: Any,
+    ) -> None:  # fmt: skip
+        a = self.args
+        s = summarize(records, w0, w0 + a.window, Slo(None, None))
+        load = s.chunks_s / self.ceiling.chunks_s if (stream and self.ceiling) else None
+        engine = referee.rate(w0, w0 + a.window) if referee is not None else None
+        point = Point(
+            target, replicas, spec, stream, c, s.requests, s.errors, s.duration_s, s.output_tok_s, s.req_s, s.chunks_s,
+            load, s.ttft_p50_ms, s.ttft_p99_ms, s.tpot_p50_ms, s.itl_p99_ms, s.e2e_p50_ms, k, engine, w0,
+        )  # fmt: skip
+        self.points.append(point)
+        self.log(
+            f"[rawvsapp] {target} speculation={spec} {'stream' if stream else 'plain'} c={c} window {k}: "
+            f"{s.output_tok_s:,.0f} tok/s (engine {engine or 0:,.0f}), {s.requests} requests done "
+            f"({s.errors} errors), TTFT p50 {s.ttft_p50_ms or 0:.1f} ms, TPOT p50 {s.tpot_p50_ms or 0:.2f} ms"
+            + (f", client at {load:.0%} of its ceiling" if load is not None else "")
+        )
+
+    def run_sglang_client(self, url: str, referee: Any) -> None:
+        """SGLang's own benchmark client against the raw server at each `--sglang-client` level."""
+        a = self.args
+        for c in a.sglang_client:
+            prompts = max(4 * c, int(c * a.window / 8))  # enough waves that ramp-up and tail are small
+            out_file = self.out / f"sglang-client-c{c}.jsonl"
+            cmd = [
+                sys.executable, "-m", "sglang.benchmark.serving", "--backend", "sglang-oai",
+                "--base-url", url, "--dataset-name", "random-ids", "--random-input-len", str(a.input_len),
+                "--random-output-len", str(a.output_len), "--random-range-ratio", f"{1 - a.output_spread:g}",
+                "--num-prompts", str(prompts), "--max-concurrency", str(c), "--tokenizer", a.tokenizer or _model_path(a.config),
+                "--model", _model_id(a.config), "--output-file", str(out_file), "--disable-tqdm", "--seed", "1",
+                "--extra-request-body", json.dumps({"ignore_eos": True}),
+            ]  # fmt: skip
+            self.log(f"[rawvsapp] SGLang's client c={c}, {prompts} prompts ...")
+            log = self.out / f"sglang-client-c{c}.log"
+            with log.open("wb") as fh:
+                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=a.window * 20 + 120)
+            end = time.time()
+            if proc.returncode != 0 or not out_file.exists():
+                self.notes.append(f"SGLang's client at c={c} failed (exit {proc.returncode}): see {log.name}")
+                continue
+            result = json.loads(out_file.read_text().splitlines()[-1])
+            duration = float(result.get("duration") or 0.0)
+            engine = referee.rate(end - duration, end) if duration > 0 else None
+            run = ClientRun(
+                "sglang.benchmark.serving", c, prompts, float(result.get("output_throughput") or 0.0), engine,
+                duration, result.get("median_tpot_ms"), result.get("median_ttft_ms"),
+            )  # fmt: skip
+            self.client_runs.append(run)
+            self.log(
+                f"[rawvsapp] SGLang's client c={c}: {run.output_tok_s:,.0f} tok/s (engine {engine or 0:,.0f}) "
+                f"over {duration:.1f} s, TPOT p50 {run.tpot_p50_ms or 0:.2f} ms"
+            )
+            self.write()
+
+    def start_raw(self, spec: str) -> tuple[ServerProcess, str]:
+        """SGLang's own server for `spec`, started (not yet ready)."""
         a = self.args
         env = {**os.environ, **(CPU_ENV if a.cpu else {})}
+        port = free_port()  # another process can take it before SGLang binds: run_raw starts again
+        cmd = [sys.executable, "-m", "loadtests.raw_sglang", "--config", str(a.config), "--port", str(port),
+               "--speculation", spec, *a.raw_args]  # fmt: skip
+        return ServerProcess(
+            cmd, self.out / f"raw-{spec}.log", env=env, log=self.log
+        ), f"http://127.0.0.1:{port}"
+
+    def run_raw(self, spec: str, started: tuple[ServerProcess, str] | None = None, attempts: int = 2) -> None:
+        a = self.args
         for attempt in range(attempts):
-            port = free_port()  # another process can take it before SGLang binds: then a new one
-            cmd = [sys.executable, "-m", "loadtests.raw_sglang", "--config", str(a.config), "--port", str(port),
-                   "--speculation", spec, *a.raw_args]  # fmt: skip
-            server = ServerProcess(cmd, self.out / f"raw-{spec}.log", env=env, log=self.log)
+            server, url = started if started is not None and attempt == 0 else self.start_raw(spec)
             try:
-                url = f"http://127.0.0.1:{port}"
                 try:
                     took = server.wait_ready(url + "/v1/models", a.ready_timeout, fatal=(_BIND_FAILED,))
                 except ServerError:
@@ -186,8 +287,11 @@ class Bench:
                     raise
                 with SpecflipClient(url, timeout=60) as client:
                     client.probe(_model_id(a.config), api=a.api)
-                self.log(f"[rawvsapp] raw SGLang server up in {took:.0f} s (speculation {spec})")
-                self.measure(url, "raw", spec, serving_processes("raw", server.pid))
+                self.log(f"[rawvsapp] raw SGLang server up ({took:.0f} s waited, speculation {spec})")
+                referee = LogReferee(server.log_path)
+                self.measure(url, "raw", spec, serving_processes("raw", server.pid), referee)
+                if spec == "off" and a.sglang_client:
+                    self.run_sglang_client(url, referee)
                 return
             finally:
                 server.stop()
@@ -212,7 +316,11 @@ class Bench:
                 with SpecflipClient(url, timeout=60) as client:  # one request of the measured kind first
                     client.probe(_model_id(a.config), api=a.api)
                 app_pid = launcher.proc.pid if launcher.proc is not None else None
-                self.measure(url, name, s, serving_processes("app", app_pid), replicas)
+                referee = StatusReferee(url)
+                try:
+                    self.measure(url, name, s, serving_processes("app", app_pid), referee, replicas)
+                finally:
+                    referee.close()
         finally:
             launcher.stop()
 
@@ -222,6 +330,7 @@ class Bench:
             "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items()},
             "ceiling_chunks_s": self.ceiling.chunks_s if self.ceiling else None,
             "points": [asdict(p) for p in self.points],
+            "client_runs": [asdict(r) for r in self.client_runs],
         }
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "results.json").write_text(json.dumps(data, indent=2))
@@ -230,6 +339,13 @@ class Bench:
 
 def _levels(text: str) -> list[int]:
     return sorted({int(x) for x in text.split(",") if x.strip()})
+
+
+def _model_path(config: Path) -> str:
+    from deployments.config import load_config
+
+    c = load_config(str(config))
+    return c.model.tokenizer_path or c.model.path
 
 
 def _model_id(config: Path) -> str:
@@ -266,12 +382,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--reuse-raw", type=Path, help="results.json of an earlier run on this host: its raw points"
     )
-    p.add_argument("--stream", choices=["yes", "no", "both"], default="both")
-    p.add_argument("--duration", type=float, default=20.0, help="measured seconds per point")
-    p.add_argument("--warmup", type=float, default=5.0)
+    p.add_argument("--stream", choices=["yes", "no", "both"], default="yes")
+    p.add_argument(
+        "--plain-concurrency", default="", help="levels of the not-streamed runs (--stream no/both)"
+    )
+    p.add_argument(
+        "--plain-speculation", default="off,on", help="modes of the not-streamed runs (comma list)"
+    )
+    p.add_argument("--window", type=float, default=20.0, help="measured seconds per window")
+    p.add_argument("--settle", type=float, default=4.0, help="seconds at a level before its first window")
+    p.add_argument(
+        "--repeat", default="", metavar="C=N,...", help="N consecutive windows at level C (default 1)"
+    )
     p.add_argument("--api", choices=["chat", "completions"], default="chat")
     p.add_argument("--input-len", type=int, default=128)
-    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=128, help="mean max_tokens per request")
+    p.add_argument(
+        "--output-spread", type=float, default=0.5, help="max_tokens uniform in output-len x [1-s, 1+s]"
+    )
+    p.add_argument("--stagger", type=float, default=2.0, help="users start up to this many s apart")
+    p.add_argument(
+        "--sglang-client", default="", help="levels for SGLang's own client on the plain raw server"
+    )
+    p.add_argument("--tokenizer", help="tokenizer dir for SGLang's client (default: the model's)")
     p.add_argument("--locust-processes", type=int, default=1)
     p.add_argument("--calibration", type=Path, help="calibration.json of loadtests.calibrate on this host")
     p.add_argument(
@@ -279,6 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--profile-at", type=int, help="profile the streaming point at this concurrency (py-spy)")
     p.add_argument("--ready-timeout", type=float, default=900.0)
+    p.add_argument(
+        "--start-raw-early",
+        action="store_true",
+        help="start the raw servers together with the first app (they idle until measured; the "
+        "config's mem_fraction_static must leave room for all of them on the device)",
+    )
     p.add_argument("--raw-arg", dest="raw_args", action="append", default=[], help="extra launch_server flag")
     p.add_argument("--out", type=Path, default=Path("out/rawvsapp"))
     return p
@@ -290,6 +429,14 @@ def main(argv: list[str] | None = None) -> int:
     args.concurrency_on = _levels(args.concurrency_on) if args.concurrency_on else args.concurrency
     args.app_levels = {n.strip(): _levels(v) for n, _, v in (x.partition("=") for x in args.app_concurrency)}
     args.streams = {"yes": [True], "no": [False], "both": [True, False]}[args.stream]
+    args.plain_concurrency = _levels(args.plain_concurrency) if args.plain_concurrency else args.concurrency
+    args.sglang_client = _levels(args.sglang_client)
+    args.plain_speculation = [x for x in args.plain_speculation.split(",") if x]
+    try:
+        args.repeats = {int(c): int(n) for c, _, n in (x.partition("=") for x in args.repeat.split(",") if x)}
+    except ValueError:
+        print("rawvsapp: --repeat takes C=N,... (e.g. 128=3,256=3)", file=sys.stderr)
+        return 2
     specs = [s for s in args.speculation.split(",") if s]
     apps = [(n.strip(), Path(p.strip())) for n, _, p in (a.partition("=") for a in args.app)]
     if not args.app:
@@ -307,15 +454,28 @@ def main(argv: list[str] | None = None) -> int:
     # the app variants first: on a fresh host the first server compiles kernels on first use, and a
     # replica's warm-up must absorb that before its first measured point (the raw server gets its own
     # warm-up request either way)
-    for name, config in apps:
-        bench.run_app(name, config, specs)
+    # raw servers started now start beside the apps (a fresh host compiles kernels once, under
+    # file locks, for all of them); they idle, holding their GPU memory, until their turn
+    early = {s: bench.start_raw(s) for s in specs} if args.start_raw_early and not args.no_raw else {}
+    if early:
+        bench.notes.append(
+            "the raw servers were started with the app and idled beside it (GPU memory held, no "
+            "requests) until measured; each engine has the config's mem_fraction_static"
+        )
+    try:
+        for name, config in apps:
+            bench.run_app(name, config, specs)
+    except BaseException:
+        for server, _ in early.values():
+            server.stop()
+        raise
     if args.reuse_raw:
         earlier = json.loads(args.reuse_raw.read_text())["points"]
         bench.points += [Point(**p) for p in earlier if p["target"] == "raw"]
         bench.notes.append(f"raw points reused from {args.reuse_raw} (same host, earlier in the run)")
     elif not args.no_raw:
         for s in specs:
-            bench.run_raw(s)
+            bench.run_raw(s, early.get(s))
     bench.write()
     print(f"[rawvsapp] done in {time.monotonic() - started:.0f} s: {args.out / 'report.md'}", flush=True)
     return 0

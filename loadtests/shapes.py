@@ -4,6 +4,7 @@ Shapes are written as short specs (the CLI and the locustfile use the same ones)
 
     fixed:users=8,duration=30
     steps:users=1/2/4/8,step=20
+    steps:users=1/32/128,step=25/25/65                       # a length per level
     transition:low=2,high=32,low_s=30,high_s=60,tail_s=30    # low -> high -> low
     poisson:rate=4,users=64,duration=60                      # open loop, 4 req/s
 
@@ -132,8 +133,16 @@ def parse_shape(spec: str) -> Schedule:
             raise ShapeError(f"steps users must look like 1/2/4 in {spec!r}") from e
         if not levels:
             raise ShapeError(f"steps needs users=1/2/4 (spec {spec!r})")
-        step = num("step")
-        sched = _schedule("steps", [(f"c={u}", step, u) for u in levels], spawn)
+        steps = args.pop("step", "")
+        try:  # one length for every level, or one per level: step=20 or step=20/20/65
+            lengths = [float(x) for x in steps.split("/") if x]
+        except ValueError as e:
+            raise ShapeError(f"step must be a number or a list like 20/20/65 in {spec!r}") from e
+        if len(lengths) == 1:
+            lengths *= len(levels)
+        if len(lengths) != len(levels):
+            raise ShapeError(f"steps needs step=S or one length per level (spec {spec!r})")
+        sched = _schedule("steps", [(f"c={u}", d, u) for u, d in zip(levels, lengths, strict=True)], spawn)
     elif kind == "transition":
         low, high = int(num("low")), int(num("high"))
         if high <= low:

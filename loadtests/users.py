@@ -107,6 +107,7 @@ class OpenAIStreamUser(FastHttpUser):
     """Sends chat/completions requests back to back, or paced for Poisson arrivals."""
 
     pacer: PoissonPacer | None = None
+    rng: random.Random | None = None  # per user: output lengths and the start stagger
     request_class = ""  # class routing: sent as the x-specflip-class header when set (two_class.py)
     network_timeout = 600.0  # per socket read; the locustfile sets it from request_timeout_s
     max_retries = 0
@@ -114,6 +115,9 @@ class OpenAIStreamUser(FastHttpUser):
     def on_start(self) -> None:
         ctx = current_context(wait_s=CONTEXT_WAIT_S)
         guard_fast_session(self.client, ctx.urls)
+        self.rng = random.Random()
+        if ctx.config.start_stagger_s > 0:  # users that start apart stay apart
+            time.sleep(self.rng.uniform(0.0, ctx.config.start_stagger_s))  # gevent-patched: yields
         rate = ctx.schedule.rate_per_user
         if rate is not None:
             self.pacer = PoissonPacer(rate, random.Random(), time.time())
@@ -137,10 +141,10 @@ class OpenAIStreamUser(FastHttpUser):
         ctx = current_context()
         cfg = ctx.config
         url = ctx.urls.url(API_PATHS[cfg.api])
-        body = build_request(cfg, ctx.model, next(ctx.prompts))
+        body = build_request(cfg, ctx.model, next(ctx.prompts), self.rng)
         users = self.environment.runner.user_count if self.environment.runner else 0
         start = time.time()
-        acc = StreamAccumulator(start=start, max_tokens=cfg.output_len)
+        acc = StreamAccumulator(start=start, max_tokens=body["max_tokens"])
         try:
             rec = self._stream(url, body, acc, users)
         except GreenletExit:

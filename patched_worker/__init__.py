@@ -19,7 +19,6 @@ __all__ = [
     "UnsupportedSetup",
     "cpu_engine_kwargs",
     "install",
-    "native_openai_app",
 ]
 
 _LAZY = {
@@ -33,7 +32,6 @@ _LAZY = {
     "Strategy": "patched_worker.state",
     "SwitchConfig": "patched_worker.state",
     "install": "patched_worker.install",
-    "native_openai_app": "patched_worker.http_app",
 }
 
 

@@ -89,9 +89,27 @@ class SpeculationPolicy:
     async def status(self) -> FleetStatus:
         return self._fleet.status(self._clock())
 
+    async def configure(self, config: PolicyConfig) -> bool:
+        """Take `config` (an app redeployed with new policy settings finds the actor of its name
+        still running: it is detached). Whether anything changed."""
+        if config == self._fleet.config:
+            return False
+        self._fleet.config = config
+        log.info("policy config replaced: %s", config)
+        return True
+
     async def metrics_text(self) -> str:
-        """Prometheus text exposition of this actor's own registry."""
+        """Prometheus text exposition of this actor's own registry (with the replicas' pushed
+        HTTP-edge families, `push_metrics`)."""
         return self._metrics.text()
+
+    async def push_metrics(self, replica_id: str, families: list[Any]) -> None:
+        """A replica's HTTP-edge metric families (prometheus_client `Metric`s), replacing its last."""
+        self._metrics.edge.push(replica_id, families)
+
+    async def edge_totals(self, name: str, labels: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+        """The pushed family `name` summed over replicas by `labels` (e.g. requests by class)."""
+        return self._metrics.edge.totals(name, *labels)
 
     async def tick_now(self) -> tuple[SetSpeculation, ...]:
         """Run one tick at once (the background task keeps its own schedule)."""
@@ -104,6 +122,7 @@ class SpeculationPolicy:
         for a in result.actions:
             log.info("flip %s -> %s: %s", a.replica_id, "on" if a.enabled else "off", a.reason)
         if result.expired:
+            self._metrics.edge.forget(result.expired)
             log.info("expired replicas (no report for %.0f s): %s", self._fleet.config.ttl_s, result.expired)
         return result.actions
 
@@ -213,6 +232,18 @@ class PolicyClient:
         except Exception as err:
             return self._failed(obs, err)
         return self._answered(decision)
+
+    def push_metrics(self, families: list[Any]) -> None:
+        """Hand the actor this replica's HTTP-edge metric families; fire and forget (skipped while
+        the actor is not resolved: the next push carries the same counters, only newer)."""
+        if self._handle is not None:
+            self._handle.push_metrics.remote(self.replica_id, families)
+
+    async def push_metrics_async(self, families: list[Any], timeout_s: float) -> None:
+        """Push and wait for the actor to have them (before answering a scrape)."""
+        handle = self._handle if self._handle is not None else await asyncio.to_thread(self._resolve)
+        ref = handle.push_metrics.remote(self.replica_id, families)
+        await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout_s)
 
     def _resolve(self) -> Any:
         if self._handle is None:

@@ -9,7 +9,7 @@ The `specflip_engine_*` families are each replica's engine switch state as it re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 
 from policy.types import STALE_SOURCE, FleetStatus, Override, ReplicaStatus, SpecMode
 
-__all__ = ["ENGINE_PREFIX", "PREFIX", "PolicyMetrics"]
+__all__ = ["ENGINE_PREFIX", "PREFIX", "EdgeMetrics", "PolicyMetrics"]
 
 PREFIX = "specflip_policy_"
 ENGINE_PREFIX = "specflip_engine_"
@@ -102,6 +102,7 @@ def _engine_families(replicas: tuple[ReplicaStatus, ...]) -> Iterator[Metric]:
     resync_s = CounterMetricFamily(p + "resync_seconds", "Summed duration of the timed resyncs", labels=r_)
     last_resync = GaugeMetricFamily(p + "last_resync_seconds", "Duration of the last timed resync", labels=r_)
     steps = CounterMetricFamily(p + "decode_steps", "Decode steps by mode", labels=["replica", "mode"])
+    tokens = CounterMetricFamily(p + "decode_tokens", "Output tokens of decode steps, both modes", labels=r_)
     timeouts = CounterMetricFamily(
         p + "control_timeouts", "Replica control calls to the engine that timed out", labels=r_
     )
@@ -122,9 +123,54 @@ def _engine_families(replicas: tuple[ReplicaStatus, ...]) -> Iterator[Metric]:
             last_resync.add_metric(key, e.last_resync_ms / 1e3)
         steps.add_metric([r.replica_id, "on"], e.on_steps)
         steps.add_metric([r.replica_id, "off"], e.off_steps)
+        tokens.add_metric(key, e.decode_tokens)
         timeouts.add_metric(key, e.control_timeouts)
     yield from (graphs, graph_bytes, strategy, fallback, toggles, resyncs, timed, resync_s, last_resync)
-    yield from (steps, timeouts)
+    yield from (steps, tokens, timeouts)
+
+
+class EdgeMetrics(Collector):
+    """The HTTP-edge metrics every replica serving the API itself pushes (`serve.data_path: direct`):
+    each replica's families as prometheus_client collected them, rendered as one family per name
+    with the replica's id as a `replica` label, so one scrape of any replica's `/metrics` shows the
+    whole fleet with monotonic counters per replica."""
+
+    def __init__(self) -> None:
+        self._by_replica: dict[str, list[Metric]] = {}
+
+    def push(self, replica_id: str, families: list[Metric]) -> None:
+        self._by_replica[replica_id] = families
+
+    def forget(self, replica_ids: Iterable[str]) -> None:
+        for rid in replica_ids:
+            self._by_replica.pop(rid, None)
+
+    def totals(self, name: str, *labels: str) -> dict[tuple[str, ...], float]:
+        """Sum over replicas of the family `name`'s samples, by the values of `labels`."""
+        out: dict[tuple[str, ...], float] = {}
+        for families in self._by_replica.values():
+            for family in families:
+                if family.name != name:
+                    continue
+                for sample in family.samples:
+                    if sample.name.endswith("_created"):
+                        continue
+                    key = tuple(sample.labels.get(label, "") for label in labels)
+                    out[key] = out.get(key, 0.0) + sample.value
+        return out
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for rid, families in sorted(self._by_replica.items()):
+            for family in families:
+                out = merged.get(family.name)
+                if out is None:
+                    out = merged[family.name] = Metric(
+                        family.name, family.documentation, family.type, family.unit
+                    )
+                for sample in family.samples:
+                    out.samples.append(sample._replace(labels={"replica": rid, **sample.labels}))
+        yield from merged.values()
 
 
 class PolicyMetrics:
@@ -133,6 +179,8 @@ class PolicyMetrics:
     def __init__(self, status: Callable[[], FleetStatus]) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_FleetCollector(status))
+        self.edge = EdgeMetrics()
+        self.registry.register(self.edge)
         self.decision_seconds = Histogram(
             PREFIX + "decision_seconds",
             "Wall time of one decide() over the whole fleet",

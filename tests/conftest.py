@@ -7,6 +7,13 @@ import os
 
 import pytest
 
+from deployments.config import DIRECT_STREAMING_ENV
+
+# Serve reads its HAProxy / direct-streaming switches when it is imported, in this process too (the
+# app is built here): set them before any test module imports Ray Serve (deployments.local sets
+# them again for the Ray processes it starts)
+os.environ.update(DIRECT_STREAMING_ENV)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS_DIR = os.environ.get("SPECFLIP_MODELS", os.path.join(REPO, "models", "tiny"))
 

@@ -1,52 +1,73 @@
 #!/usr/bin/env bash
-# The serving-speed GPU run of docs/benchmarks.md ("Serving at engine speed"), detached on the
-# H200 host (one GPU: steps 1-2; two GPUs: also step 3). Before it, on the host: the wheel bundle staged and installed (../shared/gpu/README.md,
-# device scripts copied into .gpu-bundle/device), the tiny pair's tokenizer files in /tmp/persist/tok.
-# Start from the repo root:
+# The serving-speed run of docs/benchmarks.md ("Serving at engine speed"), detached on a GPU host:
+# the app on its default data path vs SGLang's own server (plain and EAGLE-3), both clients against
+# the engine's own count. Runs from a source checkout with nothing installed but the wheel bundle
+# (PYTHONPATH only). Start it from the repo root, detached:
+#
 #   setsid nohup bash docs/gpu/serving_chain.sh "$PWD" > /tmp/persist/chain.log 2>&1 < /dev/null &
-# and poll with `OUT=$OUT bash docs/gpu/serving_poll.sh SECONDS`. Steps (results in /tmp/persist/results):
-#  1. client calibration against the null server (Locust 1/4/8 processes, SGLang's client);
-#  2. SGLang's own server vs the app on one H200, speculation off and on, both data paths, with
-#     py-spy profiles of every serving process at c=128;
-#  3. (2-GPU hosts only) two replicas on both H200s (the faster data path of step 2) at c=256, against step 2's raw server.
+#
+# and poll with `OUT=$OUT bash docs/gpu/serving_poll.sh SECONDS`.
+#
+# - One at a time: a second start while one runs refuses (a lock in the results folder).
+# - Resumable: a step that finished leaves STEP.done and is skipped when the chain starts again; a
+#   step that did not finish starts clean (its output folder is removed first).
+# - It stops only what it started: rawvsapp ends its servers' process groups; nothing is killed by
+#   name, and Ray is never stopped host-wide.
+#
+# Settings (environment; the defaults are the H200 run):
+#   CHAIN_RESULTS   results folder (default /tmp/persist/results/serving)
+#   CHAIN_CONFIG    specflip config of the app and the raw servers
+#   CHAIN_TOKENIZER tokenizer folder for the 8B shapes (default /tmp/persist/tok)
+#   CHAIN_RAWVSAPP  extra arguments of loadtests.rawvsapp, replacing the default levels and windows
+#   CHAIN_ENV_SH    a file to source first (default: the bundle's .gpu-bundle/device/env.sh, if present)
 set -u
-cd "$1"
-export PYTHONPATH=$PWD SPECFLIP_CONTROL_TOKEN=gpu-serving
-source .gpu-bundle/device/env.sh
-export PATH=/tmp/site/bin:$PATH
-R=/tmp/persist/results
+cd "$1" || exit 2
+R=${CHAIN_RESULTS:-/tmp/persist/results/serving}
+CONFIG=${CHAIN_CONFIG:-deployments/examples/h200-dummy8b-serving.yaml}
+TOK=${CHAIN_TOKENIZER:-/tmp/persist/tok}
+ENV_SH=${CHAIN_ENV_SH:-.gpu-bundle/device/env.sh}
+DEFAULT_ARGS="--speculation off,on --concurrency 1,32,64,128,256 --repeat 128=3,256=3 --window 20
+  --settle 3 --stream both --plain-concurrency 128,256 --plain-speculation off --sglang-client 128,256
+  --output-spread 0.5 --stagger 2 --locust-processes 4 --profile-at 128 --start-raw-early
+  --calibration docs/gpu/h200-2026-12-01/calibration.json"
+ARGS=${CHAIN_RAWVSAPP:-$DEFAULT_ARGS}
 mkdir -p "$R"
-log() { echo "[chain $(date +%H:%M:%S)] $*"; }
-nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv
-nproc
-[ -f models/shapes8b/target-8b/tokenizer.json ] ||
-  python3 -m deployments models shapes --out models/shapes8b --tokenizer-from /tmp/persist/tok
-log "calibration start"
-[ -f "$R/calibration/calibration.json" ] || python3 -m loadtests.calibrate --out "$R/calibration" --clients locust,sglang --processes 1,4,8 \
-  --concurrency 256 --duration 10 --server-processes 4 --tokenizer models/shapes8b/target-8b > "$R/calibration.log" 2>&1
-log "calibration rc=$?"
-E=deployments/examples
-log "rawvsapp start"
-python3 -m loadtests.rawvsapp --config $E/h200-dummy8b-1replica.yaml \
-  --app ingress=$E/h200-dummy8b-1replica.yaml --app direct=$E/h200-dummy8b-1replica-direct.yaml \
-  --speculation off,on --concurrency 1,32,128,256 --concurrency-on 1,128 --stream yes \
-  --duration 10 --warmup 3 --locust-processes 8 --calibration "$R/calibration/calibration.json" \
-  --profile-at 128 --out "$R/rawvsapp" > "$R/rawvsapp.log" 2>&1
-log "rawvsapp rc=$?"
-/tmp/site/bin/ray stop --force >/dev/null 2>&1; pkill -f "[r]aylet"; sleep 3
-gpus=$(nvidia-smi -L | wc -l)
-if [ "$gpus" -lt 2 ]; then log "two replicas skipped: $gpus GPU on this host"; log "all done"; exit 0; fi
-best=$(python3 - "$R/rawvsapp/results.json" <<'PY'
-import json, sys
-pts = json.load(open(sys.argv[1]))["points"]
-tok = {p["target"]: p["output_tok_s"] for p in pts if p["speculation"] == "off" and p["concurrency"] == 256}
-print(max(("ingress", "direct"), key=lambda t: tok.get(t, 0.0)))
-PY
-)
-log "two replicas start (data path ${best:-direct})"
-python3 -m loadtests.rawvsapp --config $E/h200-dummy8b-1replica.yaml --reuse-raw "$R/rawvsapp/results.json" \
-  --app "two-$best=$E/h200-dummy8b-2replica-${best:-direct}.yaml" --speculation off,on --concurrency 256 \
-  --concurrency-on 256 --stream yes --duration 20 --warmup 4 --locust-processes 8 \
-  --calibration "$R/calibration/calibration.json" --out "$R/two" > "$R/two.log" 2>&1
-log "two replicas rc=$?"
-log "all done"
+exec 9>"$R/chain.lock"
+if ! flock -n 9; then
+  echo "[chain] another chain holds $R/chain.lock: not starting a second one" >&2
+  exit 1
+fi
+[ -f "$ENV_SH" ] && source "$ENV_SH"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export SPECFLIP_CONTROL_TOKEN=${SPECFLIP_CONTROL_TOKEN:-chain}
+[ -d /tmp/site/bin ] && export PATH=/tmp/site/bin:$PATH
+log() { echo "[chain $(date +%H:%M:%S)] $*" | tee -a "$R/progress.log"; }
+
+# step NAME COMMAND...: skipped when NAME.done exists; otherwise its folder starts clean
+step() {
+  local name=$1
+  shift
+  if [ -f "$R/$name.done" ]; then
+    log "$name: done already (remove $R/$name.done to run it again)"
+    return 0
+  fi
+  rm -rf "${R:?}/$name"
+  log "$name: start"
+  "$@" > "$R/$name.log" 2>&1
+  local rc=$?
+  log "$name: rc=$rc"
+  [ $rc -eq 0 ] && touch "$R/$name.done"
+  return $rc
+}
+
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv
+log "python3 $(python3 -c 'import sys; print(sys.version.split()[0])'), $(nproc) cores, config $CONFIG"
+
+# the 8B-shaped model folders the config names, when missing (random weights: configs + tokenizer)
+model_dir=$(python3 -c "from deployments.config import load_config; print(load_config('$CONFIG').model.path)") || exit 2
+if [ ! -f "$model_dir/config.json" ]; then
+  step models python3 -m loadtests models shapes --out "$(dirname "$model_dir")" --tokenizer-from "$TOK" || exit 1
+fi
+# shellcheck disable=SC2086  # ARGS is a list of words
+step rawvsapp python3 -m loadtests.rawvsapp --config "$CONFIG" --out "$R/rawvsapp" $ARGS || exit 1
+log "all done: $R/rawvsapp/report.md"

@@ -13,7 +13,7 @@ from ray.serve._private.utils import import_attr
 from ray.serve.schema import ServeDeploySchema
 
 import deployments.app as app_module
-from deployments.app import CPU_ENV, assemble, build_app, config_from_args
+from deployments.app import CPU_ENV, REPLICA_ENV, assemble, build_app, config_from_args
 from deployments.config import ConfigError, SpecFlipConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,10 +22,10 @@ GPU_ARGS = {"model": {"path": "/m/target", "draft_path": "/m/draft"}, "replicas"
 
 
 def _graph(app: Any) -> tuple[Any, Any]:
-    """(ingress deployment, replica deployment) of a built application."""
-    ingress = app._bound_deployment  # noqa: SLF001 - Serve keeps the graph here
-    (server_app,) = ingress.init_kwargs["llm_deployments"].values()
-    return ingress, server_app._bound_deployment  # noqa: SLF001
+    """(ingress request router deployment, replica deployment) of a built application: the
+    replicas are the app's ingress (each serves the API), Ray's LLMRouter picks one per request."""
+    router = app._ingress_request_router._bound_deployment  # noqa: SLF001 - Serve keeps the graph here
+    return router, app._bound_deployment  # noqa: SLF001
 
 
 def _bundles(server: Any) -> list[dict[str, float]]:
@@ -33,38 +33,38 @@ def _bundles(server: Any) -> list[dict[str, float]]:
 
 
 def test_gpu_replicas_each_get_one_bundle_with_their_gpu_and_the_actor_sees_it() -> None:
-    ingress, server = _graph(build_app(GPU_ARGS))
-    assert ingress.name == "SpecFlipIngress" and ingress.num_replicas == 1
+    router, server = _graph(build_app(GPU_ARGS))
+    assert router.name == "LLMRouter" and router.ray_actor_options["num_cpus"] == 0
     assert server.name == "SpecFlipServer:specflip" and server.num_replicas == 3
     assert _bundles(server) == [{"CPU": 1.0, "GPU": 1.0}]
     assert server.ray_actor_options["num_gpus"] == 1.0  # the in-process engine needs CUDA_VISIBLE_DEVICES
-    assert "SPECFLIP_CPU" not in str(server.ray_actor_options.get("runtime_env"))
+    assert server.ray_actor_options["runtime_env"]["env_vars"] == REPLICA_ENV  # no CPU switches
 
 
 def test_cpu_replicas_ask_for_no_gpu_and_switch_the_cpu_shim_on() -> None:
     args = {**GPU_ARGS, "engine": {"device": "cpu"}, "replicas": {"count": 2, "num_gpus": 0, "num_cpus": 2}}
     _, server = _graph(build_app(args))
     assert _bundles(server) == [{"CPU": 2.0}] and "num_gpus" not in server.ray_actor_options
-    assert server.ray_actor_options["runtime_env"]["env_vars"] == CPU_ENV
+    assert server.ray_actor_options["runtime_env"]["env_vars"] == {**REPLICA_ENV, **CPU_ENV}
 
 
 def test_replica_env_reaches_the_replicas_on_gpu_and_adds_to_the_cpu_switches() -> None:
     env = {"SGLANG_SIMULATE_ACC_LEN": "3"}
     _, server = _graph(build_app({**GPU_ARGS, "replicas": {"count": 2, "env": env}}))
-    assert server.ray_actor_options["runtime_env"]["env_vars"] == env
+    assert server.ray_actor_options["runtime_env"]["env_vars"] == {**REPLICA_ENV, **env}
     cpu = {**GPU_ARGS, "engine": {"device": "cpu"}, "replicas": {"count": 1, "env": env}}
     _, server = _graph(build_app(cpu))
-    assert server.ray_actor_options["runtime_env"]["env_vars"] == {**CPU_ENV, **env}
+    assert server.ray_actor_options["runtime_env"]["env_vars"] == {**REPLICA_ENV, **CPU_ENV, **env}
 
 
-def test_the_config_reaches_both_deployments_and_the_factory_only_the_replicas() -> None:
+def test_the_config_and_the_factory_reach_the_replicas() -> None:
     config = SpecFlipConfig.parse(GPU_ARGS)
 
     def failing_factory(cfg: SpecFlipConfig) -> Any:  # never called here: only bound
         raise RuntimeError("injected")
 
-    ingress, server = _graph(assemble(config, engine_factory=failing_factory))
-    assert ingress.init_kwargs["config"] == config and server.init_kwargs["config"] == config
+    _, server = _graph(assemble(config, engine_factory=failing_factory))
+    assert server.init_kwargs["config"] == config
     assert server.init_kwargs["engine_factory"] is failing_factory
     assert _graph(build_app(GPU_ARGS))[1].init_kwargs["engine_factory"].__name__ == "build_specflip_engine"
 
@@ -100,6 +100,21 @@ def test_serve_config_files_validate_and_build_through_the_import_path(
 def test_example_configs_are_valid(example: str) -> None:
     config = config_from_args({"config": str(EXAMPLES / example)})
     assert config.model.path.startswith("/") and config.speculative
+
+
+def test_an_app_built_without_serves_haproxy_switched_on_says_how_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RAY_SERVE_ENABLE_HA_PROXY")
+    with pytest.raises(
+        ConfigError, match="RAY_SERVE_ENABLE_HA_PROXY=1 in the environment of Ray's processes"
+    ):
+        build_app(GPU_ARGS)
+
+
+def test_the_removed_data_path_setting_is_refused_with_the_reason() -> None:
+    with pytest.raises(ConfigError, match="data_path was removed: every replica serves the API itself"):
+        build_app({**GPU_ARGS, "serve": {"data_path": "ingress"}})
 
 
 def test_module_level_app_reads_specflip_config_else_needs_the_tiny_pair(

@@ -7,8 +7,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from deployments.metrics import IngressMetrics
+from deployments.metrics import IngressMetrics, routed_families
+from deployments.routing_journal import JOURNAL, Routed
 from policy.metrics import PolicyMetrics
+from policy.routing import RankReason, RequestClass
 from policy.types import (
     DecisionSource,
     EngineReport,
@@ -55,8 +57,13 @@ def _emitted() -> dict[str, tuple[str, str]]:
     fleet = FleetStatus((replica,), PolicyConfig(), TickStats(1, 0.1, 1e-4, 1e-4, 2, 0), False, 3.0)
     policy = PolicyMetrics(lambda: fleet)
     policy.observe_tick(1e-4, 0)
+    # what /metrics serves: the actor's registry with every replica's edge families and the request
+    # router's counts, as they push them
+    policy.edge.push("r1", list(ingress.registry.collect()))
+    JOURNAL.record("req", Routed("r1", "on", RequestClass.INTERACTIVE, RankReason.PREFERRED, prefix_hit=True))
+    policy.edge.push("router:1", routed_families())
     found: dict[str, tuple[str, str]] = {}
-    for family in text_string_to_metric_families(ingress.text() + policy.text()):
+    for family in text_string_to_metric_families(policy.text()):
         if family.name.endswith("_created"):
             continue
         name = family.name + ("_total" if family.type == "counter" else "")

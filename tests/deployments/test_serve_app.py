@@ -12,9 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from deployments.local import LocalApp, wait_until
 from tests.deployments.conftest import MODEL
+from tests.prom import total
 
 pytestmark = pytest.mark.serve
 PROMPTS = [
@@ -285,8 +287,16 @@ def test_metrics_are_prometheus_text_with_request_latency_and_per_replica_series
         "specflip_ingress_policy_reachable",
     ):
         assert name in text, name
-    assert re.search(r'specflip_requests_total{endpoint="/v1/chat/completions",status="400"} [1-9]', text)
-    assert re.search(r'specflip_requests_total{endpoint="/v1/completions",status="200"} [1-9]', text)
+    # every replica's own series, with its id as a label, from one scrape of any replica
+    assert total(text, "specflip_requests_total", endpoint="/v1/chat/completions", status="400") >= 1
+    assert total(text, "specflip_requests_total", endpoint="/v1/completions", status="200") >= 1
+    served_by = {
+        s.labels["replica"]
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "specflip_requests_total" and s.labels.get("endpoint") == "/v1/completions"
+    }
+    assert served_by == set(_modes(app)), served_by
     for rid in _modes(app):
         for series in ("actual_mode", "desired_mode", "running", "waiting", "accept_length", "flips_total"):
             assert f'specflip_policy_{series}{{replica="{rid}"}}' in text, (series, rid)

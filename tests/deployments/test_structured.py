@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 
 from deployments import structured
-from deployments.defaults import cpu_demo_config
-from deployments.direct import structured_check
 from deployments.ray_compat import ChatCompletionRequest, CompletionRequest
 from deployments.structured import ToolCalls, check_structured, sampling_params
 
@@ -95,59 +93,3 @@ def test_what_cannot_be_honoured_is_refused_naming_the_field(
 )
 def test_with_sglangs_tool_call_parser_tool_calls_are_sglangs_business(request_: Any) -> None:
     assert check_structured(request_, tool_calls=ToolCalls.SGLANG_PARSER) is None
-
-
-# -- the direct data path's guard (raw bodies, the model's vocabulary, xgrammar) ------------------
-@pytest.fixture(scope="module")
-def direct_check(model_pair: Any) -> Any:
-    return structured_check(cpu_demo_config((model_pair.target, model_pair.draft)))
-
-
-CHAT, TEXT = "/v1/chat/completions", "/v1/completions"
-
-
-@pytest.mark.parametrize(
-    ("path", "body", "words"),
-    [
-        (CHAT, {"messages": MSG, "json_schema": "{}"}, "json_schema is not a field of /v1/chat/completions"),
-        (TEXT, {"prompt": "x", "tools": [TOOL], "tool_choice": "required"}, "tools is not a field"),
-        (CHAT, {"messages": MSG, "tools": [TOOL], "tool_choice": "required"}, "tools: SGLang's server"),
-        (TEXT, {"prompt": "x", "logit_bias": {"99999": 1}}, "outside the vocabulary"),
-        (TEXT, {"prompt": "x", "regex": "(a"}, "regex: Failed to compile regex grammar: Regex parsing"),
-        (TEXT, {"prompt": "x", "ebnf": "root ::= ("}, "ebnf: Failed to compile ebnf grammar: EBNF"),
-        (TEXT, {"prompt": "x", "json_schema": '{"type": "nonsense"}'}, "json_schema: Failed to compile json"),
-        (
-            CHAT,
-            {
-                "messages": MSG,
-                "response_format": {
-                    "type": "json_schema",
-                    "json_schema": {"name": "x", "schema": {"type": 1}},
-                },
-            },
-            "response_format: Failed to compile json grammar",
-        ),
-    ],
-)
-def test_direct_guard_refuses_what_sglangs_server_would_drop_or_200(
-    direct_check: Any, path: str, body: dict[str, Any], words: str
-) -> None:
-    reason = direct_check(path, json.dumps({"model": "m", **body}).encode())
-    assert reason is not None and words in reason, reason
-    assert "/project/cpp" not in reason  # xgrammar's source location is not the client's business
-
-
-@pytest.mark.parametrize(
-    ("path", "body"),
-    [
-        (TEXT, {"prompt": "x", "max_tokens": 4}),  # no structured field: not even parsed
-        (TEXT, {"prompt": "x", "regex": "(def|class) [a-z]+"}),
-        (CHAT, {"messages": MSG, "response_format": {"type": "json_object"}}),
-        (CHAT, {"messages": MSG, "tools": [TOOL], "tool_choice": "none"}),
-        (CHAT, {"messages": "not a list"}),  # SGLang's own request model answers this one
-    ],
-)
-def test_direct_guard_lets_through_what_sglangs_server_honours(
-    direct_check: Any, path: str, body: dict[str, Any]
-) -> None:
-    assert direct_check(path, json.dumps({"model": "m", **body}).encode()) is None

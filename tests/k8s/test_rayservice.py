@@ -138,6 +138,16 @@ def test_control_token_comes_from_the_secret_on_every_ray_container() -> None:
     assert "control_token" not in app_args(rs).get("serve", {}), "the token must not sit in serveConfigV2"
 
 
+def test_every_ray_container_switches_serves_direct_streaming_on() -> None:
+    """Serve reads these at import in every Ray process: without them the app refuses to build."""
+    from deployments.config import DIRECT_STREAMING_ENV
+
+    for template in _templates(rayservice()):
+        (c,) = template["spec"]["containers"]
+        env = _env(c)
+        assert {k: env.get(k, {}).get("value") for k in DIRECT_STREAMING_ENV} == DIRECT_STREAMING_ENV
+
+
 def test_worker_probes_catch_a_stuck_replica() -> None:
     """KubeRay 4685: liveness must look at the Serve replica, not only at the raylet."""
     (c,) = gpu_group(rayservice())["template"]["spec"]["containers"]

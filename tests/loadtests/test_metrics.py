@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.metrics import CANCELLED, Slo, meets_slo, percentile, summarize, throughput_timeline
+from loadtests.metrics import (
+    CANCELLED,
+    Slo,
+    meets_slo,
+    percentile,
+    summarize,
+    throughput_timeline,
+    window_tokens,
+)
 from loadtests.records import RequestRecord, StreamAccumulator
 from loadtests.sse import StreamChunk
 
@@ -141,7 +149,9 @@ def test_summary_of_a_window_by_hand() -> None:
     s = summarize(WINDOW, 0.0, 10.0, Slo(ttft_ms=2000, tpot_ms=100))
     assert (s.requests, s.ok, s.errors) == (5, 4, 1)
     assert s.duration_s == 10.0
-    assert s.output_tokens == 100 and s.output_tok_s == pytest.approx(10.0)
+    # tokens by arrival: the four ok ones (100), the one still running at the window's end (its
+    # chunks arrived at 8.1-8.14 s: 99) and the cancelled one (5 tokens before it stopped)
+    assert s.output_tokens == 204 and s.output_tok_s == pytest.approx(20.4)
     assert s.req_s == pytest.approx(0.4)
     assert s.goodput_req_s == pytest.approx(0.2)  # only the first two meet both SLOs
     assert s.ttft_p50_ms == pytest.approx(350.0)  # median of 0.1, 0.2, 0.5, 3.0 s
@@ -173,6 +183,48 @@ def test_single_token_request_meets_any_tpot_slo() -> None:
 def test_empty_window_is_rejected() -> None:
     with pytest.raises(ValueError):
         summarize(WINDOW, 5.0, 5.0, Slo())
+
+
+def _chunks(
+    start: float, first: float, gaps: tuple[float, ...], tokens: int, error: str = ""
+) -> RequestRecord:
+    """A streamed request: its first chunk `first` s after `start`, then one per gap."""
+    end = start + first + sum(gaps)
+    ok = not error
+    return RequestRecord(start, end, ok, 200, tokens, ttft=first, itl=gaps, error=error)
+
+
+@pytest.mark.parametrize(
+    ("record", "window", "tokens"),
+    [
+        # 4 chunks at 1, 2, 3, 4 s carrying 8 tokens: 2 tokens per chunk wherever the window cuts
+        (_chunks(0.0, 1.0, (1.0, 1.0, 1.0), 8), (0.0, 10.0), 8.0),
+        (_chunks(0.0, 1.0, (1.0, 1.0, 1.0), 8), (2.5, 10.0), 4.0),  # started before the window
+        (_chunks(0.0, 1.0, (1.0, 1.0, 1.0), 8), (0.0, 2.5), 4.0),  # still running at its end
+        (_chunks(0.0, 1.0, (1.0, 1.0, 1.0), 8), (1.5, 3.5), 4.0),  # both
+        (_chunks(0.0, 1.0, (1.0, 1.0, 1.0), 8), (4.5, 9.0), 0.0),  # over before it
+        # not streamed (no chunk times): all tokens at the end, if the end is inside
+        (RequestRecord(start=0.0, end=3.0, ok=True, status=200, output_tokens=8), (2.0, 4.0), 8.0),
+        (RequestRecord(start=0.0, end=3.0, ok=True, status=200, output_tokens=8), (0.0, 3.0), 0.0),
+        # failed: its tokens do not count; cancelled: what it delivered does
+        (_chunks(0.0, 1.0, (1.0,), 4, error="HTTP 500"), (0.0, 9.0), 0.0),
+        (_chunks(0.0, 1.0, (1.0,), 4, error=CANCELLED), (0.0, 9.0), 4.0),
+    ],
+)
+def test_window_counts_tokens_by_arrival(
+    record: RequestRecord, window: tuple[float, float], tokens: float
+) -> None:
+    assert window_tokens([record], *window) == pytest.approx(tokens)
+
+
+def test_waves_do_not_quantize_the_token_rate() -> None:
+    """Users in lockstep: 4 waves of 10 requests, each 2 s long with a token every 0.1 s. A window
+    of 3 s cut mid-wave counts 1.5 waves of tokens by arrival; by completion it counts whole
+    waves (1 or 2 depending on where it starts)."""
+    waves = [_chunks(2.0 * w, 0.1, (0.1,) * 19, 20) for w in range(4) for _ in range(10)]
+    for start in (0.5, 1.0, 1.7, 2.9):
+        s = summarize(waves, start, start + 3.0, Slo(None, None))
+        assert s.output_tok_s == pytest.approx(100.0, rel=0.04)  # 10 users x 1 token per 0.1 s
 
 
 def test_throughput_timeline_spreads_tokens_over_chunks() -> None:

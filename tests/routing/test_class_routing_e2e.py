@@ -10,7 +10,6 @@ Its own app and Ray: it lives outside tests/deployments, whose package-wide app 
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from deployments.local import LocalApp, run_local, wait_until
 from loadtests.config import LoadConfig
 from loadtests.locust_run import run_locust
 from tests.deployments.conftest import MODEL, TOKEN, free_port
+from tests.prom import total
 
 pytestmark = pytest.mark.serve
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,8 +66,8 @@ def _interactive(app: LocalApp) -> httpx.Response:
 
 
 def _routed_total(metrics: str, cls: str, mode: str) -> float:
-    m = re.search(rf'specflip_routed_requests_total{{class="{cls}",mode="{mode}"}} ([0-9.e+]+)', metrics)
-    return float(m.group(1)) if m else 0.0
+    """Routing decisions of the request router (it pushes its counts to the policy actor)."""
+    return total(metrics, "specflip_routed_requests_total", **{"class": cls, "mode": mode})
 
 
 def test_interactive_requests_land_on_on_replicas_and_follow_a_flip(app: LocalApp, tmp_path: Path) -> None:
@@ -105,9 +105,12 @@ def test_interactive_requests_land_on_on_replicas_and_follow_a_flip(app: LocalAp
     assert status["class_routing"] is True
     assert status["by_class_and_mode"]["interactive"]["on"] >= by_class["interactive"]
     assert status["by_class_and_mode"]["batch"]["off"] >= by_class["batch"]
+    time.sleep(1.5)  # the router pushes its counts once a second
     metrics = app.client.metrics()
     assert _routed_total(metrics, "interactive", "on") >= by_class["interactive"]
     assert _routed_total(metrics, "interactive", "off") == 0
+    served = total(metrics, "specflip_served_requests_total", **{"class": "batch", "mode": "off"})
+    assert served >= by_class["batch"]
 
     # flip the fleet: new interactive requests go where speculation is now ON
     _set_fleet(app, on=b, off=a)
@@ -133,6 +136,7 @@ def test_requests_sharing_a_prefix_go_back_to_the_replica_that_had_it(app: Local
         replicas.append(r.headers["x-specflip-replica"])
     # without affinity two idle ON replicas split requests at random (all 12 on one: p = 2^-11)
     assert len(set(replicas)) == 1, replicas
+    time.sleep(1.5)  # the router pushes its counts once a second
     after = app.client.get("/specflip/status").json()["routing"]["prefix_affinity"]
     assert after["hits"] - before["hits"] >= 11 and after["misses"] - before["misses"] <= 1, (before, after)
-    assert re.search(r'specflip_routed_prefix_total\{result="hit"\} [1-9]', app.client.metrics())
+    assert total(app.client.metrics(), "specflip_routed_prefix_total", result="hit") >= 11

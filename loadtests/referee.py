@@ -1,0 +1,139 @@
+"""The engine's own count of the tokens it generated, read for a client's measurement window.
+
+A client's tok/s says what reached the client; the engine's counters say what the engine made.
+Over the same window the two must agree (within the share of first tokens, which come from
+prefill and which both counters below leave out: ~1% for 128-token outputs), or the client (or
+the path to it) is the bottleneck and its number is not the server's.
+
+- `LogReferee`: SGLang's own server. Its scheduler logs a `Decode batch, ... gen throughput
+  (token/s): X` line every `decode_log_interval` (40) decode steps, X = tokens generated since the
+  previous line over the wall time since it; the rate over a window is the mean of the lines
+  stamped inside it (stamps have 1-s resolution: the window is taken to whole seconds), or the
+  next line after it when none is (windows shorter than 40 steps of a slow engine).
+- `StatusReferee`: the app. Each replica reports its engine's cumulative `decode_tokens` with its
+  tick (`/specflip/status`, `engine.decode_tokens`); a thread polls the status and keeps (time the
+  report was made, count) per replica; the rate over a window is the interpolated count at its
+  end minus at its start, summed over replicas.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+from loadtests.hosts import HostBoundUrls
+
+__all__ = ["LogReferee", "StatusReferee", "decode_lines"]
+
+_DECODE = re.compile(
+    r"\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s+Decode batch.*?"
+    r"gen throughput \(token/s\):\s*(?P<rate>[0-9.]+)"
+)
+
+
+def decode_lines(text: str) -> list[tuple[float, float]]:
+    """(epoch seconds of the stamp, gen throughput) of every decode-batch line in a log text.
+    Stamps are the host's local time (SGLang's log format)."""
+    out = []
+    for m in _DECODE.finditer(text):
+        stamp = datetime.strptime(m["time"], "%Y-%m-%d %H:%M:%S").timestamp()
+        out.append((stamp, float(m["rate"])))
+    return out
+
+
+class LogReferee:
+    """Decode tok/s of SGLang's own server from its log file."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+
+    def rate(self, start: float, end: float, wait_s: float = 10.0) -> float | None:
+        """Mean gen throughput of the lines stamped in [start, end) (to whole seconds); a window too
+        short for a line of its own (a slow engine: 40 steps take longer) gets the first line after
+        it, which covers its end. None if there is none within `wait_s` after it."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return None
+        lo, hi = int(start), int(end)
+        lines = decode_lines(text)
+        rates = [r for t, r in lines if lo <= t < hi]
+        if not rates:
+            rates = [r for t, r in lines if hi <= t < hi + wait_s][:1]
+        return sum(rates) / len(rates) if rates else None
+
+    def close(self) -> None:
+        pass
+
+
+class StatusReferee:
+    """Decode tok/s of the app's engines, from the cumulative counts their replicas report."""
+
+    def __init__(self, base_url: str, every_s: float = 0.5) -> None:
+        self._urls = HostBoundUrls(base_url)
+        self._every_s = every_s
+        self._samples: dict[str, list[tuple[float, int]]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="status-referee", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        with httpx.Client(timeout=5.0) as client:
+            while not self._stop.is_set():
+                asked = time.time()
+                try:
+                    url = self._urls.url("/specflip/status")
+                    replicas = client.get(url).json().get("replicas") or []
+                except (httpx.HTTPError, ValueError):
+                    replicas = []
+                with self._lock:
+                    for r in replicas:
+                        engine = r.get("engine") or {}
+                        count = engine.get("decode_tokens")
+                        age = r.get("last_report_age_s")
+                        if not isinstance(count, int) or not isinstance(age, int | float):
+                            continue
+                        series = self._samples.setdefault(str(r.get("replica_id")), [])
+                        at = asked - float(age)
+                        if not series or at > series[-1][0]:
+                            series.append((at, count))
+                self._stop.wait(self._every_s)
+
+    def rate(self, start: float, end: float, wait_s: float = 5.0) -> float | None:
+        """Tokens the engines generated in [start, end) per second; None without samples around it
+        (a window that just ended waits up to `wait_s` for the reports that cover its end)."""
+        deadline = time.time() + wait_s
+        while True:
+            with self._lock:
+                series = [list(s) for s in self._samples.values()]
+            covered = bool(series) and all(s and s[-1][0] >= end for s in series)
+            if covered or time.time() >= deadline or self._stop.is_set():
+                break
+            time.sleep(0.2)
+        total = 0.0
+        if not series:
+            return None
+        for s in series:
+            a, b = _at(s, start), _at(s, end)
+            if a is None or b is None:
+                return None
+            total += b - a
+        return total / (end - start)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+
+
+def _at(series: list[tuple[float, int]], t: float) -> float | None:
+    """The count at time t, linear between the samples around it (None outside them)."""
+    for (t0, c0), (t1, c1) in zip(series, series[1:], strict=False):
+        if t0 <= t <= t1:
+            return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else float(c1)
+    return None

@@ -1,0 +1,104 @@
+"""docs/gpu/serving_chain.sh end to end on CPU, the way it runs on a bare GPU host (the project on
+PYTHONPATH, nothing installed from it): `loadtests.rawvsapp` with SGLang's own server (plain and
+EAGLE-3, started beside the app) and the app on its default data path, one replica of the tiny pair
+each, the same Locust client, token-window accounting with repeated windows, the engine's own count
+as referee for every window, SGLang's benchmark client against the raw server, profiles and the
+report. Then the chain's guards: a second start while one holds the lock refuses, a finished chain
+started again skips its finished steps. Asserts what the results and the report say, not speed."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.serve, pytest.mark.engine, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAIN = ROOT / "docs" / "gpu" / "serving_chain.sh"
+EXAMPLE = ROOT / "deployments" / "examples" / "cpu-tiny-1replica.yaml"
+ARGS = (
+    "--speculation off,on --concurrency 1,2 --repeat 2=2 --window 3 --settle 1 --stream both "
+    "--plain-concurrency 2 --plain-speculation off --sglang-client 2 --output-len 24 --profile-at 2 "
+    "--start-raw-early"
+)
+
+
+def _run_chain(tmp: Path, config: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as on a bare host: the chain sets it
+    env.update(
+        CHAIN_RESULTS=str(tmp / "results"),
+        CHAIN_CONFIG=str(config),
+        CHAIN_RAWVSAPP=ARGS,
+        CHAIN_ENV_SH=str(tmp / "no-bundle-here"),
+        PATH=f"{Path(sys.executable).parent}:{env['PATH']}",  # python3 = this interpreter
+    )
+    return subprocess.run(
+        ["bash", str(CHAIN), str(ROOT)], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  # noqa: ANN001
+    cfg = yaml.safe_load(EXAMPLE.read_text())
+    cfg["model"].update(path=model_pair.target, draft_path=model_pair.draft)
+    config = tmp_path / "cpu.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+
+    done = _run_chain(tmp_path, config)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = tmp_path / "results"
+    data = json.loads((results / "rawvsapp" / "results.json").read_text())
+    points = data["points"]
+    streamed = {(p["target"], p["speculation"], p["concurrency"], p["repeat"]) for p in points if p["stream"]}
+    assert streamed == {
+        (t, s, c, k)
+        for t in ("raw", "app")
+        for s in ("off", "on")
+        for c, n in ((1, 1), (2, 2))
+        for k in range(n)
+    }
+    plain = {(p["target"], p["speculation"], p["concurrency"]) for p in points if not p["stream"]}
+    assert plain == {("raw", "off", 2), ("app", "off", 2)}
+    for p in points:
+        assert p["errors"] == 0 and p["output_tok_s"] > 0, p
+        assert p["engine_tok_s"] is not None and p["engine_tok_s"] > 0, p  # the referee saw every window
+    (client,) = data["client_runs"]
+    assert client["concurrency"] == 2 and client["output_tok_s"] > 0 and client["engine_tok_s"] > 0
+
+    report = (results / "rawvsapp" / "report.md").read_text()
+    for line in (
+        "- app, speculation off, streaming: >= 0.95x raw tok/s (median) at every c in",
+        "- app, speculation on, streaming: >= 0.95x raw tok/s (median) at every c in",
+        "- app, speculation off, not streamed: >= 0.95x raw tok/s (median) at every c in",
+        "- app, speculation off: TTFT p50 overhead at c=1 <= 5 ms:",
+        "- app: OFF/ON at c=2 within 5% of raw's:",
+        "- app: ON/OFF at c=1 within 5% of raw's:",
+        "## Clients against the engine's own count (raw server, speculation off)",
+        "| sglang.benchmark.serving | 2 |",
+        "| Locust (loadtests.users) | 2 |",
+        "(2 windows)",  # the repeated level shows its spread
+        "the raw servers were started with the app and idled beside it",
+        "### raw, speculation off, c=2 (streaming)",
+        "### app, speculation on, c=2 (streaming)",
+        "| http+tokenizer |",
+        "| replica |",
+        "| haproxy |",
+    ):
+        assert line in report, line
+    assert (results / "rawvsapp.done").exists()
+    assert "rawvsapp: rc=0" in (results / "progress.log").read_text()
+
+    # a second chain while one holds the lock: refused, nothing run
+    with (results / "chain.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        second = _run_chain(tmp_path, config, timeout=60)
+    assert second.returncode == 1 and "another chain holds" in second.stderr
+    # started again after it finished: the finished step is skipped, the chain ends at once
+    again = _run_chain(tmp_path, config, timeout=120)
+    assert again.returncode == 0 and "rawvsapp: done already" in again.stdout
