@@ -4,7 +4,8 @@ SGLang's CPU engine path (SGLANG_USE_CPU_ENGINE=1) calls these ops from the
 sgl-kernel CPU build, which is not in the PyPI wheel. Semantics follow the
 sgl-kernel 0.4.5 CPU kernels (csrc/cpu/kvcache.cpp, csrc/cpu/spec.cpp) with the
 0.5.17 call signatures (no key/value scales, no is_causal flag); the two attention ops
-are in `attention.py`. They are slow
+are in `attention.py`; the sampled tree verify (the CUDA op of that name, which the shim
+lets SGLang's CPU verify call) is in `sampling.py`. They are slow
 reference loops meant for tiny batches: CI and demos, never production.
 
 Deliberately not defined: `convert_weight_packed` (its presence switches SGLang
@@ -19,6 +20,7 @@ import os
 import torch
 
 from patched_worker.cpu.attention import decode_attention, extend_attention
+from patched_worker.cpu.sampling import tree_speculative_sampling_target_only
 
 __all__ = ["register", "OP_SCHEMAS", "FAULTS", "FAULT_ENV"]
 
@@ -251,6 +253,13 @@ OP_SCHEMAS = {
         "(Tensor(a!) input_ids, Tensor extend_start_loc, Tensor extend_seq_lens, Tensor topk_index, "
         "Tensor? select_index=None) -> ()",
         rotate_input_ids,
+    ),
+    "tree_speculative_sampling_target_only": (
+        "(Tensor(a!) predicts, Tensor(b!) accept_index, Tensor(c!) accept_token_num, Tensor candidates, "
+        "Tensor retrive_index, Tensor retrive_next_token, Tensor retrive_next_sibling, Tensor uniform_samples, "
+        "Tensor uniform_samples_for_final_sampling, Tensor target_probs, Tensor draft_probs, "
+        "float threshold_single, float threshold_acc, bool deterministic) -> ()",
+        tree_speculative_sampling_target_only,
     ),
     "decode_attention_cpu": (
         "(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor(c!) output, Tensor? key, "

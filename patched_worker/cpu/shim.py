@@ -18,7 +18,12 @@ load without libcuda, and its `*_cpu` ops are not in the PyPI wheel. This shim
 5. with SPECFLIP_CPU_OVERLAP=1 when an engine is built, keeps SGLang's overlap scheduler
    on for a speculative CPU engine (SGLang switches it off on CPU), so tests cover the
    overlap path: delayed result processing, the FutureMap relay, the grammar barrier.
-   Its two CUDA-only pieces get CPU versions (stream bookkeeping is a no-op on CPU).
+   Its two CUDA-only pieces get CPU versions (stream bookkeeping is a no-op on CPU);
+6. samples in the EAGLE verify on CPU: SGLang 0.5.17 verifies every CPU batch with argmax, so
+   with speculation ON only a request's prefill token was sampled at temperature > 0. Batches
+   that are not all greedy now take SGLang's GPU path (target-only speculative sampling over
+   the draft tree) with plain-torch kernels (`patched_worker.cpu.sampling`); all-greedy batches
+   keep the argmax verify unchanged.
 
 Switch it on with `enable()` (sets SPECFLIP_CPU=1 so SGLang's spawned scheduler and
 detokenizer processes activate the import hook at start-up via `specflip_cpu.pth`).
@@ -27,11 +32,13 @@ It refuses to run on a host where CUDA is available.
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.util
 import inspect
 import os
 import sys
+import types
 from collections.abc import Callable
 from types import ModuleType
 
@@ -48,6 +55,8 @@ __all__ = [
 ENV_FLAG = "SPECFLIP_CPU"
 OVERLAP_ENV = "SPECFLIP_CPU_OVERLAP"  # "1" while building an engine: speculative CPU engine with overlap
 _SEQ_LENS_OVERWRITE = "\n        seq_lens = forward_batch.seq_lens\n"
+_ARGMAX_ON_CPU = "if sampling_info.is_all_greedy or _is_cpu or "  # eagle_sample's verify choice
+_SAMPLED_VERIFY_FLAG = "_specflip_argmax_verify_on_cpu"  # what that choice reads instead of _is_cpu
 
 
 class CpuShimError(RuntimeError):
@@ -186,12 +195,88 @@ def _patch_overlap_utils(module: ModuleType) -> None:
     module.gather_spec_extras = gather_spec_extras
 
 
+def _patch_eagle_sample(module: ModuleType) -> None:
+    """Sampled verify on CPU for batches that are not all greedy (what SGLang does on the GPU).
+
+    Replaces: sglang 0.5.17 srt/speculative/eagle_utils.py `eagle_sample`, whose verify choice
+    `if sampling_info.is_all_greedy or _is_cpu or ...:` (argmax verify) sends every CPU batch to
+    `verify_tree_greedy`. The replacement runs upstream's own function with that one `_is_cpu`
+    read from a module global that is False, so a batch with any sampled request goes through
+    upstream's sampled path unchanged (penalties, grammar mask, temperature, top-k/top-p, its
+    coins: seeded from `sampling_seed` when set, see `patched_worker.seeding`; the accept
+    thresholds) into plain-torch kernels: `sgl_kernel::tree_speculative_sampling_target_only`
+    (registered by `ops.register`) and `sgl_kernel.top_k_renorm_prob` / `top_p_renorm_prob`
+    (flashinfer's, CUDA-only, wrapped here for CPU tensors). An all-greedy batch calls the
+    upstream function itself: argmax verify, greedy output token-identical as before.
+    Not covered: `speculative_use_rejection_sampling` (a Triton kernel; refused on CPU).
+    Checked against the source (fails loudly if the line moved). Remove when SGLang's CPU verify
+    samples (the condition loses `_is_cpu`).
+    """
+    from patched_worker.version import check_sglang_version
+
+    check_sglang_version()
+    upstream = module.eagle_sample
+    if getattr(upstream, "_specflip_sampled_verify", False):
+        return
+    source = inspect.getsource(upstream)
+    if source.count(_ARGMAX_ON_CPU) != 1 or source.count("_is_cpu") != 1:
+        raise CpuShimError(
+            "specflip CPU shim: SGLang's eagle_sample verify choice changed; update patched_worker/cpu/shim.py"
+        )
+    code = upstream.__code__
+    names = tuple(_SAMPLED_VERIFY_FLAG if n == "_is_cpu" else n for n in code.co_names)
+    sampled = types.FunctionType(
+        code.replace(co_names=names), upstream.__globals__, code.co_name, upstream.__defaults__
+    )
+    setattr(module, _SAMPLED_VERIFY_FLAG, False)
+    _wrap_renorm_for_cpu()
+
+    @functools.wraps(upstream)
+    def eagle_sample(verify_input, batch, logits_output, grammar_mask=None):  # type: ignore[no-untyped-def]
+        info = batch.sampling_info
+        if info is None or info.is_all_greedy or batch.forward_mode.is_idle():
+            return upstream(verify_input, batch, logits_output, grammar_mask)
+        from sglang.srt.runtime_context import get_spec
+
+        if get_spec().speculative_use_rejection_sampling:
+            raise CpuShimError(
+                "specflip CPU shim: speculative_use_rejection_sampling has no CPU kernel; leave it off on CPU"
+            )
+        return sampled(verify_input, batch, logits_output, grammar_mask)
+
+    eagle_sample._specflip_sampled_verify = True  # type: ignore[attr-defined]
+    module.eagle_sample = eagle_sample
+
+
+def _wrap_renorm_for_cpu() -> None:
+    """`sgl_kernel.top_k_renorm_prob` / `top_p_renorm_prob` (the names eagle_sample imports) for CPU
+    tensors: plain torch (`cpu.sampling`) instead of flashinfer's CUDA kernels."""
+    import sgl_kernel
+
+    from patched_worker.cpu import sampling
+
+    for name, cpu_fn in (
+        ("top_k_renorm_prob", sampling.top_k_renorm_probs),
+        ("top_p_renorm_prob", sampling.top_p_renorm_probs),
+    ):
+        device_fn = getattr(sgl_kernel, name)
+        if getattr(device_fn, "_specflip_cpu", False):
+            continue
+
+        def renorm(probs, threshold, _cpu=cpu_fn, _device=device_fn):  # type: ignore[no-untyped-def]
+            return _cpu(probs, threshold) if probs.device.type == "cpu" else _device(probs, threshold)
+
+        renorm._specflip_cpu = True  # type: ignore[attr-defined]
+        setattr(sgl_kernel, name, renorm)
+
+
 _POST_IMPORT: dict[str, Callable[[ModuleType], None]] = {
     "sgl_kernel.load_utils": _patch_load_utils,
     "sglang.srt.layers.attention.intel_amx_backend": _patch_intel_amx_backend,
     "sglang.srt.constrained.xgrammar_backend": _patch_xgrammar_backend,
     "sglang.srt.arg_groups.speculative_hook": _patch_speculative_hook,
     "sglang.srt.managers.overlap_utils": _patch_overlap_utils,
+    "sglang.srt.speculative.eagle_utils": _patch_eagle_sample,
 }
 
 
