@@ -22,6 +22,7 @@ __all__ = [
     "POLICY_SETTINGS",
     "ConfigError",
     "DIRECT_STREAMING_ENV",
+    "POLICY_NAMESPACE",
     "serve_env",
     "Device",
     "EngineSettings",
@@ -286,6 +287,12 @@ class ServeSettings(_Frozen):
 
     def resolved_token(self) -> str | None:
         return self.control_token or os.environ.get("SPECFLIP_CONTROL_TOKEN") or None
+
+
+# The Ray namespace of the policy actor: Serve's own, where the replicas and Ray's request router
+# live (a detached actor created from a replica would otherwise land in the app's anonymous
+# namespace, where nothing else finds it)
+POLICY_NAMESPACE = "serve"
 
 
 def serve_env(config: SpecFlipConfig) -> dict[str, str]:

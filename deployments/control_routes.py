@@ -25,7 +25,7 @@ from fastapi import Request
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
-from deployments.config import SpecFlipConfig
+from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
 from deployments.control import OVERRIDES, OverrideRequest, RateLimiter, check_bearer, status_document
 from deployments.errors import error_response
 from deployments.metrics import CONTENT_TYPE, PREFIX, SERVED_FAMILY, IngressMetrics
@@ -73,7 +73,9 @@ class ControlRoutes:
             from policy.actor import get_or_create_policy_actor
 
             config = self.config.policy_config()
-            self._policy = get_or_create_policy_actor(self.config.policy.actor_name, config, detached=True)
+            self._policy = get_or_create_policy_actor(
+                self.config.policy.actor_name, config, namespace=POLICY_NAMESPACE, detached=True
+            )
             self._policy.configure.remote(config)  # an actor left by an earlier deploy takes this config
         return self._policy
 
@@ -82,7 +84,7 @@ class ControlRoutes:
         import ray
 
         try:
-            ray.get_actor(self.config.policy.actor_name)
+            ray.get_actor(self.config.policy.actor_name, namespace=POLICY_NAMESPACE)
         except ValueError:
             return True
         return False

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployments.client import SpecflipClient
-from deployments.config import SpecFlipConfig, serve_env
+from deployments.config import POLICY_NAMESPACE, SpecFlipConfig, serve_env
 
 __all__ = ["APP_NAME", "LocalApp", "run_local", "wait_until"]
 
@@ -185,7 +185,7 @@ def _shutdown(serve_timeout_s: float = 30.0, drain_s: float = 0.0, policy_actor:
         if policy_actor is not None:
             with contextlib.suppress(Exception):  # never created, or already gone
                 ray.kill(
-                    ray.get_actor(policy_actor, namespace="serve"), no_restart=True
+                    ray.get_actor(policy_actor, namespace=POLICY_NAMESPACE), no_restart=True
                 )  # replicas run in Serve's namespace
         serve.shutdown()
 

@@ -33,6 +33,7 @@ from typing import Any
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from deployments import routing_journal
+from deployments.config import POLICY_NAMESPACE
 from deployments.ray_compat import PrefixTree
 from deployments.routing_journal import UNKNOWN_MODE, Routed
 from policy.routing import ClassRule, RankReason, ReplicaStats, RequestClass, RoutingConfig, classify, rank
@@ -41,7 +42,6 @@ from policy.types import SpecMode
 __all__ = ["SpecFlipRouter", "prompt_text", "request_class_of"]
 
 PUSH_EVERY_S = 1.0  # routing counts to the policy actor at most this often
-SERVE_NAMESPACE = "serve"  # Ray namespace of Serve's replicas, where the policy actor is created
 TREE_CHARS_PER_REPLICA = 400_000  # characters remembered per replica (least recent evicted), as Ray's default
 
 
@@ -125,6 +125,7 @@ class SpecFlipRouter(RequestRouter):
         self._actor_name: str | None = kwargs.get("policy_actor")  # where routing counts go
         self._actor: Any = None
         self._pushed_at = float("-inf")
+        self._push_warned = False
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         super().update_replicas(replicas)
@@ -296,7 +297,10 @@ class SpecFlipRouter(RequestRouter):
             from deployments.metrics import routed_families
 
             if self._actor is None:
-                self._actor = ray.get_actor(self._actor_name, namespace=SERVE_NAMESPACE)
+                self._actor = ray.get_actor(self._actor_name, namespace=POLICY_NAMESPACE)
             self._actor.push_metrics.remote(f"router:{os.getpid()}", routed_families())
         except Exception:  # noqa: BLE001 - counts only: the actor may be restarting or not created yet
+            if self._actor is not None or not self._push_warned:
+                logging.getLogger(__name__).warning("routing counts not pushed", exc_info=True)
+                self._push_warned = True
             self._actor = None

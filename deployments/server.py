@@ -40,7 +40,7 @@ from jinja2 import TemplateError
 
 from deployments import structured
 from deployments.coalesce import coalesce
-from deployments.config import SpecFlipConfig
+from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
 from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
 from deployments.limits import limits_for
 from deployments.prompts import is_token_ids, tokenize_off_loop
@@ -120,6 +120,7 @@ class SpecFlipServer(SGLangServer):
             self.replica_id,
             config.policy.actor_name,
             config.policy_config(),
+            namespace=POLICY_NAMESPACE,
             fail_after=r.fallback_after_ticks,
             timeout_s=r.report_timeout_s,
         )

@@ -243,6 +243,7 @@ class Bench:
             ]  # fmt: skip
             self.log(f"[rawvsapp] SGLang's client c={c}, {prompts} prompts ...")
             log = self.out / f"sglang-client-c{c}.log"
+            launched = time.time()
             with log.open("wb") as fh:
                 proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=a.window * 20 + 120)
             end = time.time()
@@ -251,7 +252,9 @@ class Bench:
                 continue
             result = json.loads(out_file.read_text().splitlines()[-1])
             duration = float(result.get("duration") or 0.0)
-            engine = referee.rate(end - duration, end) if duration > 0 else None
+            # the decode lines from its launch to its exit: the server decodes only for this client
+            # then, and its start-up and exit (imports, writing results) add no line
+            engine = referee.rate(launched, end)
             run = ClientRun(
                 "sglang.benchmark.serving", c, prompts, float(result.get("output_throughput") or 0.0), engine,
                 duration, result.get("median_tpot_ms"), result.get("median_ttft_ms"),

@@ -21,6 +21,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from deployments.config import POLICY_NAMESPACE
 from deployments.defaults import cpu_demo_config
 from deployments.local import LocalApp, run_local, wait_until
 from tests.deployments.conftest import MODEL, TOKEN, free_port
@@ -78,10 +79,11 @@ def test_killing_the_policy_actor_under_load_loses_no_request_and_ray_restarts_t
     before = app.client.status()["policy"]
 
     def kill() -> None:
-        # the actor lives in the namespace of the Ray job that started Serve (the driver's)
+        # the actor lives in Serve's namespace, beside the replicas (deployments.config.POLICY_NAMESPACE)
         (where,) = [
             a["namespace"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == ACTOR
         ]
+        assert where == POLICY_NAMESPACE
         ray.kill(ray.get_actor(ACTOR, namespace=where), no_restart=False)
 
     def recovered() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.config import SpecFlipConfig
+from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
 from deployments.control_routes import ControlRoutes
 from policy.actor import SpeculationPolicy, get_or_create_policy_actor
 from policy.types import FleetStatus
@@ -50,16 +50,19 @@ def _ingress(name: str) -> ControlRoutes:
 def test_a_timed_out_status_call_keeps_the_same_healthy_actor(ray_cluster: None) -> None:
     name = f"policy-{uuid.uuid4().hex[:8]}"
     slow = get_or_create_policy_actor(
-        name, SpecFlipConfig.parse({"model": {"path": "/x"}}).policy_config(), actor_cls=SlowStatusPolicy
+        name,
+        SpecFlipConfig.parse({"model": {"path": "/x"}}).policy_config(),
+        namespace=POLICY_NAMESPACE,
+        actor_cls=SlowStatusPolicy,
     )
     assert ray.get(slow.metrics_text.remote(), timeout=300)  # started (a loaded host takes a while)
     ingress = _ingress(name)  # finds the existing (slow) actor by name
     handle = ingress._policy
-    actor_id = ray.get_actor(name)._actor_id
+    actor_id = ray.get_actor(name, namespace=POLICY_NAMESPACE)._actor_id
     with pytest.raises(TimeoutError):
         asyncio.run(ingress._ask_policy("status"))
     assert ingress._policy is handle, "the ingress dropped its handle after a timeout"
-    assert ray.get_actor(name)._actor_id == actor_id
+    assert ray.get_actor(name, namespace=POLICY_NAMESPACE)._actor_id == actor_id
     assert ray.get(slow.metrics_text.remote(), timeout=30)  # still alive and answering
 
 
@@ -70,19 +73,23 @@ def test_a_restarted_actor_is_the_same_one_and_counted_and_a_killed_one_is_recre
     ingress = _ingress(name)
     first = _eventually(lambda: _status(ingress))
     assert first.restarted is False and asyncio.run(ingress.policy_restarts()) == 0
-    actor_id = ray.get_actor(name)._actor_id
-    ray.kill(ray.get_actor(name), no_restart=False)  # a crash: Ray restarts it in place
+    actor_id = ray.get_actor(name, namespace=POLICY_NAMESPACE)._actor_id
+    ray.kill(
+        ray.get_actor(name, namespace=POLICY_NAMESPACE), no_restart=False
+    )  # a crash: Ray restarts it in place
 
     # ray.kill is asynchronous: a call may still reach the old instance; wait for the restarted one
     after = _eventually(lambda: _restarted(_status(ingress)))
     assert after.restarted is True
-    assert ray.get_actor(name)._actor_id == actor_id
+    assert ray.get_actor(name, namespace=POLICY_NAMESPACE)._actor_id == actor_id
     assert asyncio.run(ingress.policy_restarts()) == 1
-    ray.kill(ray.get_actor(name), no_restart=True)  # gone for good: the next call creates a new one
+    ray.kill(
+        ray.get_actor(name, namespace=POLICY_NAMESPACE), no_restart=True
+    )  # gone for good: the next call creates a new one
     with pytest.raises(Exception):  # noqa: B017 - whatever Ray raises for a dead actor
         asyncio.run(ingress._ask_policy("status"))
     fresh = _eventually(lambda: _status(ingress))
-    assert fresh.restarted is False and ray.get_actor(name)._actor_id != actor_id
+    assert fresh.restarted is False and ray.get_actor(name, namespace=POLICY_NAMESPACE)._actor_id != actor_id
 
 
 def _status(ingress: ControlRoutes) -> FleetStatus | None:
