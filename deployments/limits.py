@@ -20,12 +20,13 @@ import dataclasses
 import json
 import math
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from deployments.config import SpecFlipConfig
 
-__all__ = ["ModelLimits", "limits_for", "max_token_bytes", "read_limits"]
+__all__ = ["ModelLimits", "explain_context_overflow", "limits_for", "max_token_bytes", "read_limits"]
 
 # GPT-2 style byte-level BPE writes each byte as one printable character (bytes_to_unicode)
 _BYTE_LEVEL = "ByteLevel"
@@ -224,3 +225,45 @@ def limits_for(config: SpecFlipConfig | None) -> ModelLimits:
         },
     )
 
+
+# SGLang 0.5.17's context refusals (managers/tokenizer_manager.py `_validate_one_request`): both
+# count the tokens speculative decoding reserves per request as input, and the second says
+# "input messages" on /v1/completions too
+_INPUT_TOO_LONG = re.compile(
+    r"The input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)\."
+)
+_TOTAL_TOO_LONG = re.compile(
+    r"Requested token count exceeds the model's maximum context length of (\d+) tokens\. You requested "
+    r"a total of (\d+) tokens: (\d+) tokens from the input messages and (\d+) tokens for the completion\."
+)
+_RESERVED_NOTE = re.compile(
+    r"\(the input count includes (\d+) tokens speculative decoding reserves per request\)"
+)
+
+
+def explain_context_overflow(message: str, *, field: str, reserved: int | None = None) -> str | None:
+    """SGLang's refusal of a request beyond the context, restated with the input counted as the
+    client sent it (`field`: "prompt" or "messages") and the reserved tokens named on their own;
+    None if `message` is not one. `reserved`: the tokens speculative decoding keeps per request
+    (None: read from the note the replica appends to SGLang's message)."""
+    if reserved is None:
+        note = _RESERVED_NOTE.search(message)
+        reserved = int(note.group(1)) if note else 0
+    spec = f" + {reserved} reserved by speculative decoding" if reserved else ""
+    total = _TOTAL_TOO_LONG.search(message)
+    if total is not None:
+        context, _, counted, new = (int(g) for g in total.groups())
+        tokens = counted - reserved
+        return (
+            f"{field} is {tokens} tokens and max_tokens {new}: {tokens} + {new}{spec} = {counted + new} tokens, "
+            f"more than the context of {context}; shorten {field} or lower max_tokens"
+        )
+    single = _INPUT_TOO_LONG.search(message)
+    if single is not None:
+        counted, context = (int(g) for g in single.groups())
+        tokens = counted - reserved
+        return (
+            f"{field} is {tokens} tokens{spec}: {counted}, which the context of {context} tokens "
+            f"cannot hold with room for an answer; shorten {field}"
+        )
+    return None

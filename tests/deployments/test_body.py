@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from deployments.body import Problem, check_body, check_cost, parse_body
-from deployments.limits import ModelLimits, max_token_bytes, read_limits
+from deployments.limits import ModelLimits, explain_context_overflow, max_token_bytes, read_limits
 
 LIMITS = ModelLimits(
     context_tokens=100,
@@ -196,3 +196,31 @@ def test_stop_token_ids_must_be_token_ids() -> None:
     )
     problem = check_body("completions", {"model": "m", "prompt": "a", "stop_token_ids": [3, 99999]}, LIMITS)
     assert isinstance(problem, Problem) and problem.param == "stop_token_ids"
+
+
+@pytest.mark.parametrize(
+    ("message", "field", "expected"),
+    [
+        (
+            "Requested token count exceeds the model's maximum context length of 2048 tokens. You requested a "
+            "total of 2100 tokens: 2060 tokens from the input messages and 40 tokens for the completion. Please "
+            "reduce ... (the input count includes 4 tokens speculative decoding reserves per request)",
+            "prompt",
+            "prompt is 2056 tokens and max_tokens 40: 2056 + 40 + 4 reserved by speculative decoding = 2100 "
+            "tokens, more than the context of 2048; shorten prompt or lower max_tokens",
+        ),
+        (
+            "The input (2050 tokens) is longer than the model's context length (2048 tokens).",
+            "messages",
+            "messages is 2050 tokens: 2050, which the context of 2048 tokens cannot hold with room for an "
+            "answer; shorten messages",
+        ),
+        ("Failed to compile json grammar", "prompt", None),
+    ],
+)
+def test_sglangs_context_refusal_counts_the_input_as_sent_and_names_the_field(
+    message: str, field: str, expected: str | None
+) -> None:
+    """Issue 20: SGLang counts the reserved speculative tokens as input (an input 4 tokens longer
+    than sent) and says "input messages" on /v1/completions."""
+    assert explain_context_overflow(message, field=field) == expected
