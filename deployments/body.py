@@ -137,7 +137,7 @@ def _is_ids(value: Any) -> bool:
 def check_cost(endpoint: Endpoint, body: dict[str, Any], limits: ModelLimits) -> Problem | None:
     """Why the request as a whole costs more than one request may (serve.max_*), or None. Runs
     on the body as parsed, before the schema walks it: O(prompts or messages) plus the bytes of
-    their text, so a 32 MiB body is answered in milliseconds."""
+    their text, so a body of megabytes is answered in milliseconds."""
     if endpoint == "chat":
         messages = body.get("messages")
         if isinstance(messages, list):
@@ -159,8 +159,13 @@ def check_cost(endpoint: Endpoint, body: dict[str, Any], limits: ModelLimits) ->
         kinds = {str if isinstance(p, str) else list if isinstance(p, list) else None for p in prompts}
         if None in kinds or len(kinds) > 1:
             return _bad("prompt must be texts or token id lists, not a mix", "prompt")
-    texts = [p for p in prompts if isinstance(p, str)]
-    reason = limits.input_too_large("prompt", sum(len(t.encode("utf-8")) for t in texts))
+    sizes = [len(p.encode("utf-8")) if isinstance(p, str) else 0 for p in prompts]
+    for i, size in enumerate(sizes):  # one prompt beyond the context says so, before the total
+        field = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+        reason = limits.too_long(field, size)
+        if reason is not None:
+            return _bad(reason, field, 413)
+    reason = limits.input_too_large("prompt", sum(sizes))
     if reason is not None:
         return _bad(reason, "prompt", 413)
     ids = sum(len(p) for p in prompts if isinstance(p, list))
@@ -186,20 +191,6 @@ def _check_common(body: dict[str, Any], limits: ModelLimits) -> Problem | None:
             top = body.get(name)
             if top is not None and min_tokens > top:
                 return _bad(f"min_tokens {min_tokens} is more than {name} {top}", "min_tokens")
-    return _check_legacy_schema(body.get("response_format"))
-
-
-def _check_legacy_schema(fmt: Any) -> Problem | None:
-    """SGLang's legacy `response_format.schema` (beside `json_schema`): SGLang's request model pops
-    `schema.properties.strict` from it, which must then be an object."""
-    schema = fmt.get("schema") if isinstance(fmt, dict) else None
-    properties = schema.get("properties") if isinstance(schema, dict) else None
-    if properties is not None and not (
-        isinstance(properties, dict) and isinstance(properties.get("strict", {}), dict)
-    ):
-        return _bad(
-            "response_format.schema.properties must be an object of schemas", "response_format.schema"
-        )
     return None
 
 

@@ -282,6 +282,15 @@ class ServeSettings(_Frozen):
     )
 
     # a request's whole cost, bounded before anything tokenizes it (deployments.limits)
+    max_body_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=64 * 1024,
+        le=1024 * 1024 * 1024,
+        description="Raw bytes of one chat or completions request body; more is a 413, answered as "
+        "soon as that many arrived, before anything parses it. The default holds max_input_bytes of "
+        "text even JSON-escaped to three times its size (non-ASCII as \\u escapes), with room for "
+        "tools and schemas.",
+    )
     max_prompts: int = Field(
         default=64,
         ge=1,

@@ -1,5 +1,5 @@
 """ASGI middleware in front of the OpenAI POST routes, on every data path: the raw body must be a
-JSON object no larger than a limit, and pass `deployments.body`'s checks (strict JSON, the
+JSON object no larger than `serve.max_body_bytes`, and pass `deployments.body`'s checks (strict JSON, the
 request's whole cost, OpenAI's request schema as this app serves it, prompt sizes against the
 model's context). Anything else gets a 400 (413) with the reason before FastAPI and the request
 models see it, and before any replica spends anything on it.
@@ -24,7 +24,7 @@ from deployments.limits import ModelLimits, limits_for
 
 __all__ = ["MAX_BODY_BYTES", "BodyCheck", "JsonBodyGuard", "add_guard_and_cors"]
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_BODY_BYTES = 16 * 1024 * 1024  # without a config; else serve.max_body_bytes
 _ENDPOINTS: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 
 Scope = MutableMapping[str, Any]
@@ -71,6 +71,7 @@ class JsonBodyGuard:
         if endpoint is None:
             await self.app(scope, receive, send)
             return
+        limit = MAX_BODY_BYTES if self._config is None else self._config.serve.max_body_bytes
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -79,10 +80,9 @@ class JsonBodyGuard:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                await _refuse(
-                    Problem(413, f"request body exceeds {MAX_BODY_BYTES} bytes"), scope, receive, send
-                )
+            if size > limit:
+                why = f"request body exceeds {limit} bytes (serve.max_body_bytes)"
+                await _refuse(Problem(413, why), scope, receive, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

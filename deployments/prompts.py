@@ -60,18 +60,19 @@ def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
 async def tokenize_off_loop(tokenizer: Any, prompt: Any, limits: ModelLimits) -> Any:
     """`prompt` (text or a list of texts) as token ids, tokenized in a thread; other prompts as
     given. Raises PromptTooLarge for text that cannot fit the context."""
-    _check_caps(prompt, limits)
-    if tokenizer is None:
-        return prompt
     if isinstance(prompt, str):
         texts, single = [prompt], True
     elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
         texts, single = list(prompt), False
     else:
+        _check_caps(prompt, limits)  # token ids
         return prompt
-    for i, text in enumerate(texts):
+    for i, text in enumerate(texts):  # one prompt beyond the context says so, before the totals
         reason = limits.too_long("prompt" if single else f"prompt[{i}]", len(text.encode("utf-8")))
         if reason is not None:
             raise PromptTooLarge(reason)
+    _check_caps(prompt, limits)
+    if tokenizer is None:
+        return prompt
     ids = await asyncio.to_thread(_encode, tokenizer, texts)
     return ids[0] if single else ids
