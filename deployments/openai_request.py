@@ -52,6 +52,7 @@ __all__ = [
     "CHAT_REQUEST",
     "COMPLETION_REQUEST",
     "DEFAULT_PROMPT",
+    "STRUCTURAL_TAG",
     "TOP_P_ZERO",
     "conform_chat",
     "conform_completion",
@@ -217,7 +218,8 @@ TOOL_CHOICE = Served(
     "allowed_tools and custom tool choices are not supported: send 'none', 'required' or a named function",
 )
 
-# -- response formats (SGLang's structural_tag, and its legacy `schema` beside `json_schema`) ----
+# -- response formats (and SGLang's structural_tag) ------------------------------------------------
+STRUCTURAL_TAG = Object(props={"type": _kind("structural_tag")}, open=True)  # SGLang's; not OpenAI's
 RESPONSE_FORMAT = OneOf(
     (
         _obj({"type": _kind("text")}),
@@ -225,20 +227,19 @@ RESPONSE_FORMAT = OneOf(
         _obj(
             {
                 "type": _kind("json_schema"),
-                "json_schema": Prop(
+                "json_schema": _req(
                     _obj(
                         {
                             "name": _req(_NAME),
                             "description": Prop(_TEXT),
-                            "schema": Prop(_JSON_SCHEMA),
+                            "schema": Prop(_JSON_SCHEMA, doc="None: any JSON."),
                             "strict": _opt(Boolean()),
                         }
                     )
                 ),
-                "schema": Prop(_JSON_SCHEMA, extra=True, doc="SGLang's legacy form of json_schema.schema."),
             }
         ),
-        Object(props={"type": _kind("structural_tag")}, open=True),
+        STRUCTURAL_TAG,
     ),
     tag="type",
 )
@@ -320,7 +321,7 @@ CHAT_REQUEST = Object(
         "response_format": _opt(RESPONSE_FORMAT),
         "tools": _opt(
             Array(
-                Served(OneOf((FUNCTION_TOOL, _CUSTOM_TOOL), tag="type"), FUNCTION_TOOL, "send function tools")
+                Served(OneOf((FUNCTION_TOOL, _CUSTOM_TOOL), tag="type"), FUNCTION_TOOL, "custom tools are not supported: send function tools")
             )
         ),
         "tool_choice": _opt(TOOL_CHOICE),
@@ -365,7 +366,13 @@ COMPLETION_REQUEST = Object(
         "logprobs": _opt(
             _ingress_only(Integer(minimum=0, maximum=5), Never(), "this app returns no logprobs")
         ),
-        "max_tokens": _opt(Integer(minimum=1)),
+        "max_tokens": _opt(
+            Served(
+                Integer(minimum=0),
+                Integer(minimum=1),
+                "0 generates nothing: this app does not echo the prompt",
+            )
+        ),
         "suffix": _opt(_ingress_only(_TEXT, Const(""), "this app does not insert text (no suffix)")),
         **_EXTRAS,
         "json_schema": _opt(_TEXT, extra=True),
@@ -389,15 +396,7 @@ def _shared(body: dict[str, Any]) -> dict[str, Any]:
         raise Refused(Problem(400, "stream_options is only allowed with stream: true", "stream_options"))
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        spec = fmt.get("json_schema")
-        if spec is None and "schema" not in fmt:
-            raise Refused(
-                Problem(
-                    400, "response_format.json_schema is required for type json_schema", "response_format"
-                )
-            )
-        if spec is not None and "schema" not in spec:
-            spec["schema"] = {}  # no schema: any JSON
+        fmt["json_schema"].setdefault("schema", {})  # no schema: any JSON
     return body
 
 

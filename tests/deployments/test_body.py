@@ -77,7 +77,7 @@ CHAT_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     (
         "response_format.schema a list",
         {"messages": USER, "response_format": {"type": "json_schema", "schema": []}},
-        "response_format.schema must be an object",
+        "response_format.schema is not a field",
     ),
     (
         "tokenize in template kwargs",

@@ -258,8 +258,8 @@ REFUSED: list[tuple[str, str, dict[str, Any], str, str]] = [
         "json_schema without its object",
         "chat",
         {"response_format": {"type": "json_schema"}},
-        "response_format",
-        "json_schema is required",
+        "response_format.json_schema",
+        "is required",
     ),
     (
         "a bad function name",
@@ -275,7 +275,7 @@ REFUSED: list[tuple[str, str, dict[str, Any], str, str]] = [
     ("best_of 2", "completions", {"best_of": 2}, "best_of", "one candidate"),
     ("tools on completions", "completions", {"tools": []}, "tools", "need /v1/chat/completions"),
     ("max_tokens 2.5", "completions", {"max_tokens": 2.5}, "max_tokens", "must be an integer"),
-    ("max_tokens 0", "completions", {"max_tokens": 0}, "max_tokens", ">= 1"),
+    ("max_tokens 0", "completions", {"max_tokens": 0}, "max_tokens", "generates nothing"),
     ("temperature 3", "completions", {"temperature": 3}, "temperature", "[0, 2]"),
     ("an empty token-id list", "completions", {"prompt": [[1], []]}, "prompt[1]", "not be empty"),
 ]
@@ -309,3 +309,20 @@ def test_the_direct_data_path_passes_on_what_sglangs_server_serves(
     conform = conform_chat if endpoint == "chat" else conform_completion
     body = {**(CHAT if endpoint == "chat" else TEXT), **extra}
     assert conform(body, restrict=False) == body
+
+
+def test_every_refusal_by_design_is_listed_in_the_docs() -> None:
+    """Each value OpenAI allows and this app refuses (a `Served` node) is in
+    docs/structured_output.md's "Refused by design" table, under its field's name."""
+    import pathlib
+    import re
+
+    from tests.deployments.openai_gen import _served_paths
+
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "structured_output.md").read_text()
+    table = doc.split("**Refused by design**", 1)[1].split("\n\n", 2)[1]
+    listed = set(re.findall(r"`([a-z_\[\].]+)`", table))
+    for schema in (CHAT_REQUEST, COMPLETION_REQUEST):
+        for path, _ in _served_paths(schema):
+            name = re.sub(r"\[0\]", "[]", path)
+            assert name in listed, (name, sorted(listed))
