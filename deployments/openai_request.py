@@ -10,8 +10,8 @@ to the one form the request models and the engine take, or raise `Refused` namin
 - integral numbers for integers (`max_tokens: 4.0`) are integers;
 - unknown fields and wrong types (`"stream": "yes"`) are refused, as OpenAI refuses them;
   `model` is required (OpenAI: 400), and must be the model served (Ray's 404 otherwise);
-- accepted fields with no effect on the answer (`store`, `metadata`, `user`, `service_tier`,
-  `prediction`, ...) are dropped;
+- accepted fields with no effect on the answer (`store`, `metadata`, `user`, `prediction`, ...)
+  are dropped (`service_tier` and SGLang's `priority` stay: class routing reads them);
 - messages: roles in lower case, text content parts (and an assistant's `refusal` parts or
   field) joined into one string (as SGLang does for string templates), a null or missing
   content as "" (what the template renders), a deprecated `function_call` as `tool_calls`;
@@ -246,6 +246,7 @@ RESPONSE_FORMAT = OneOf(
 
 # -- fields both endpoints share ----------------------------------------------------------------
 _STOP = OneOf((_TEXT, Array(_TEXT, max_items=4)))
+_SERVICE_TIER = Text(enum=("auto", "default", "flex", "scale", "priority"))
 _PENALTY = Number(minimum=-2, maximum=2)
 _ONE_CHOICE = _ingress_only(
     Integer(minimum=1, maximum=128), Const(1), "this app generates one choice per request"
@@ -281,6 +282,8 @@ _EXTRA_NODES: dict[str, Node] = {
     "regex": _TEXT,
     "ebnf": _TEXT,
     "stop_regex": OneOf((_TEXT, Array(_TEXT))),
+    # read by class routing (docs/routing.md): < 0 interactive, > 0 batch
+    "priority": Integer(minimum=INT64[0], maximum=INT64[1]),
 }
 _EXTRAS = {name: _opt(node, extra=True) for name, node in _EXTRA_NODES.items()}
 _CHAT_ONLY_HINT = "tool calls need /v1/chat/completions"
@@ -321,7 +324,11 @@ CHAT_REQUEST = Object(
         "response_format": _opt(RESPONSE_FORMAT),
         "tools": _opt(
             Array(
-                Served(OneOf((FUNCTION_TOOL, _CUSTOM_TOOL), tag="type"), FUNCTION_TOOL, "custom tools are not supported: send function tools")
+                Served(
+                    OneOf((FUNCTION_TOOL, _CUSTOM_TOOL), tag="type"),
+                    FUNCTION_TOOL,
+                    "custom tools are not supported: send function tools",
+                )
             )
         ),
         "tool_choice": _opt(TOOL_CHOICE),
@@ -345,7 +352,7 @@ CHAT_REQUEST = Object(
         "web_search_options": _opt(Served(Object(open=True), Never(), "this app does not search the web")),
         "store": _opt(Boolean(), ignored=True),
         "metadata": _opt(Object(values=Text(max_length=512)), ignored=True),
-        "service_tier": _opt(Text(enum=("auto", "default", "flex", "scale", "priority")), ignored=True),
+        "service_tier": _opt(_SERVICE_TIER, "Read by class routing (docs/routing.md)."),
         "safety_identifier": Prop(_TEXT, ignored=True),
         "prompt_cache_key": Prop(_TEXT, ignored=True),
         "prompt_cache_retention": _opt(Text(enum=("in-memory", "24h")), ignored=True),
@@ -377,6 +384,7 @@ COMPLETION_REQUEST = Object(
         **_EXTRAS,
         "json_schema": _opt(_TEXT, extra=True),
         "response_format": _opt(RESPONSE_FORMAT, extra=True),
+        "service_tier": _opt(_SERVICE_TIER, "Read by class routing (docs/routing.md).", extra=True),
     },
     hints=_COMPLETION_HINTS,
 )
