@@ -42,12 +42,20 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorResponse, "description": text[code]} for code in codes}
 
 
+_SSE_EVENT = {
+    "type": "object",
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"}},
+    "required": ["data"],
+}
+
+
 def _generation(model: Any) -> dict[int | str, dict[str, Any]]:
     return {
         200: {
             "model": model,
             "description": "The completion (JSON), or with `stream: true` server-sent events",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            # OpenAPI 3.1: an event stream's schema describes each event (`data`: a JSON chunk or [DONE])
+            "content": {"text/event-stream": {"schema": _SSE_EVENT}},
         },
         **_errors(400, 404, 408, 413, 500, 503),
     }
