@@ -1,29 +1,43 @@
 """Checks on the raw JSON body of a chat or completions request, before the request models see it.
 
-Pure functions over the parsed JSON: each returns a `Problem` (HTTP status, a one-line reason
-naming the field, the field) or None. They catch what the request models would either crash on
-(500), coerce, or let through to a replica where it costs a tokenization or fails there:
+`check_body` runs them in order, cheapest first, and returns the body normalized (what the
+request models and the engine take) or a `Problem` (HTTP status, a one-line reason naming the
+field, the field):
 
-- the body itself: strict JSON (no NaN/Infinity, no lone UTF-16 surrogates), an object;
-- messages: each an object with a known role and content of the right shape;
-- prompts: text, a list of texts, token ids or lists of token ids, and no longer than the context
-  can hold, judged by size alone (`deployments.limits`);
-- fields SGLang's request models call methods on before validating them (`response_format`),
-  `chat_template_kwargs` that would collide with the template call's own arguments, `seed` in
-  the 64-bit range, `min_tokens` within `max_tokens` (tools and the other structured-output
-  fields: `deployments.structured`).
+1. the body itself (`parse_body`): strict JSON (no NaN/Infinity, no lone UTF-16 surrogates), an
+   object;
+2. the request's whole cost (`check_cost`), before anything walks the body field by field:
+   how many prompts or messages, how many bytes of text across all of them, how many token ids
+   (`deployments.limits`, `serve.max_*`);
+3. OpenAI's request schema as this app serves it (`deployments.openai_request`): known fields
+   only, JSON types strictly, nulls as defaults, integral floats as integers;
+4. what fits the model (`check_chat_body`, `check_completion_body`): each prompt no longer than
+   the context can hold by its size alone, token ids within the vocabulary, `min_tokens` within
+   `max_tokens`, `chat_template_kwargs` that do not collide with the template call's own
+   arguments (tools and the other structured-output fields: `deployments.structured`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from typing import Any
+import re
+from typing import Any, Literal
 
 from deployments.limits import ModelLimits
-from deployments.validation import MESSAGE_ROLES, check_json_fields
+from deployments.openai_request import conform_chat, conform_completion
+from deployments.schema import Problem, Refused
 
-__all__ = ["CHAT_TEMPLATE_RESERVED", "Problem", "check_chat_body", "check_completion_body", "parse_body"]
+__all__ = [
+    "CHAT_TEMPLATE_RESERVED",
+    "Problem",
+    "check_body",
+    "check_chat_body",
+    "check_completion_body",
+    "check_cost",
+    "parse_body",
+]
+
+Endpoint = Literal["chat", "completions"]
 
 # apply_chat_template's own parameters (and what the app sets itself): passing any of them in
 # chat_template_kwargs changes what the call returns or fails it
@@ -46,15 +60,8 @@ CHAT_TEMPLATE_RESERVED = frozenset(
         "tokenizer_kwargs",
     }
 )
-_INT64 = (-(2**63), 2**63 - 1)
-_TEXT_PART_TYPES = frozenset({"text"})
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    status: int
-    message: str
-    param: str | None = None
+# a lone surrogate can only come from a \uD800-\uDFFF escape (UTF-8 cannot encode one)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _bad(message: str, param: str | None = None, status: int = 400) -> Problem:
@@ -75,7 +82,7 @@ def parse_body(raw: bytes) -> dict[str, Any] | Problem:
         return _bad(f"malformed JSON: {str(err)[:200]}")
     if not isinstance(body, dict):
         return _bad(f"request body must be a JSON object, got {type(body).__name__}")
-    where = _lone_surrogate(body, "")
+    where = _lone_surrogate(body, "") if _SURROGATE_ESCAPE.search(raw) else None
     if where is not None:
         return _bad(f"{where or 'body'} contains a lone UTF-16 surrogate (not valid Unicode text)", where)
     return body
@@ -99,129 +106,107 @@ def _lone_surrogate(value: Any, path: str) -> str | None:
                     return where or "body"
                 stack.append((child, f"{where}.{key}" if where else key))
         elif isinstance(item, list):
-            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+            stack.extend(
+                (child, f"{where}[{i}]") for i, child in enumerate(item) if not isinstance(child, int)
+            )
     return None
 
 
-def _check_common(body: dict[str, Any], limits: ModelLimits) -> Problem | None:
-    reason = check_json_fields(body)
-    if reason is not None:
-        return _bad(reason, reason.split(" ", 1)[0])
-    stop_ids = body.get("stop_token_ids")
-    if stop_ids is not None:  # SGLang indexes a vocabulary-sized tensor with them
-        if not isinstance(stop_ids, list):
-            return _bad("stop_token_ids must be a list of token ids", "stop_token_ids")
-        problem = _check_ids("stop_token_ids", stop_ids, limits, as_prompt=False)
-        if problem is not None:
-            return problem
-    seed = body.get("seed")
-    if seed is not None and not _INT64[0] <= seed <= _INT64[1]:
-        return _bad(f"seed must be a 64-bit integer, got {seed}", "seed")
-    min_tokens = body.get("min_tokens")
-    if min_tokens is not None:
-        if min_tokens < 0:
-            return _bad(f"min_tokens must be >= 0, got {min_tokens}", "min_tokens")
-        for name in ("max_tokens", "max_completion_tokens"):
-            top = body.get(name)
-            if isinstance(top, int) and min_tokens > top:
-                return _bad(f"min_tokens {min_tokens} is more than {name} {top}", "min_tokens")
-    return _check_response_format(body.get("response_format"))
+# -- 2. the whole request's cost, on the body as parsed (any types) ----------------------------
+def _string_bytes(value: Any) -> int:
+    """UTF-8 bytes of every string in a JSON value (keys too)."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item.encode("utf-8"))
+        elif isinstance(item, dict):
+            total += sum(len(k.encode("utf-8")) for k in item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(v for v in item if isinstance(v, str | list | dict))
+    return total
 
 
-def _check_response_format(value: Any) -> Problem | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        return _bad(
-            f'response_format must be an object like {{"type": "json_object"}}, got {_kind(value)}',
-            "response_format",
-        )
-    schema = value.get("schema")
-    if schema is not None and not isinstance(schema, dict):
-        return _bad(
-            f"response_format.schema must be an object, got {_kind(schema)}", "response_format.schema"
-        )
-    properties = schema.get("properties") if isinstance(schema, dict) else None
-    if properties is not None and not (
-        isinstance(properties, dict) and isinstance(properties.get("strict", {}), dict)
-    ):
-        return _bad(
-            "response_format.schema.properties must be an object of schemas", "response_format.schema"
-        )
-    return None
-
-
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), "a number" if isinstance(value, int | float) else "null"
+def _is_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(t, int | float) and not isinstance(t, bool) for t in value
     )
 
 
-def _text_bytes(content: Any) -> int:
-    """UTF-8 bytes of a message content: a string, or the text of its parts."""
-    if isinstance(content, str):
-        return len(content.encode("utf-8"))
-    if isinstance(content, list):
-        return sum(_text_bytes(p.get("text")) for p in content if isinstance(p, dict))
-    return 0
+def check_cost(endpoint: Endpoint, body: dict[str, Any], limits: ModelLimits) -> Problem | None:
+    """Why the request as a whole costs more than one request may (serve.max_*), or None. Runs
+    on the body as parsed, before the schema walks it: O(prompts or messages) plus the bytes of
+    their text, so a body of megabytes is answered in milliseconds."""
+    if endpoint == "chat":
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            reason = limits.too_many_messages(len(messages))
+            if reason is not None:
+                return _bad(reason, "messages")
+        reason = limits.input_too_large(
+            "messages and tools", _string_bytes(messages) + _string_bytes(body.get("tools"))
+        )
+        return None if reason is None else _bad(reason, "messages", 413)
+    prompt = body.get("prompt")
+    if not isinstance(prompt, list) or _is_ids(prompt):
+        prompts = [prompt]
+    else:
+        prompts = prompt
+        reason = limits.too_many_prompts(len(prompts))
+        if reason is not None:
+            return _bad(reason, "prompt")
+        kinds = {str if isinstance(p, str) else list if isinstance(p, list) else None for p in prompts}
+        if None in kinds or len(kinds) > 1:
+            return _bad("prompt must be texts or token id lists, not a mix", "prompt")
+    sizes = [len(p.encode("utf-8")) if isinstance(p, str) else 0 for p in prompts]
+    for i, size in enumerate(sizes):  # one prompt beyond the context says so, before the total
+        field = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+        reason = limits.too_long(field, size)
+        if reason is not None:
+            return _bad(reason, field, 413)
+    reason = limits.input_too_large("prompt", sum(sizes))
+    if reason is not None:
+        return _bad(reason, "prompt", 413)
+    ids = sum(len(p) for p in prompts if isinstance(p, list))
+    reason = limits.too_many_token_ids("prompt", ids)
+    return None if reason is None else _bad(reason, "prompt", 413)
 
 
-def _check_content(i: int, role: str, message: dict[str, Any]) -> Problem | None:
-    field = f"messages[{i}].content"
-    content = message.get("content")
-    if content is None:
-        if role == "assistant" and message.get("tool_calls"):
-            return None
-        if "content" not in message:
-            return _bad(f"{field} is required for a {role} message", field)
-        return None if role == "assistant" else _bad(f"{field} must be text for a {role} message", field)
-    if isinstance(content, str):
-        return None
-    if not isinstance(content, list):
-        return _bad(f"{field} must be a string or a list of content parts, got {_kind(content)}", field)
-    for j, part in enumerate(content):
-        where = f"{field}[{j}]"
-        if not isinstance(part, dict):
-            return _bad(f'{where} must be an object like {{"type": "text", "text": ...}}', where)
-        kind = part.get("type")
-        if kind not in _TEXT_PART_TYPES:
-            return _bad(
-                f"{where}.type {json.dumps(kind)[:40]} is not supported: this model takes text parts only",
-                where,
-            )
-        if not isinstance(part.get("text"), str):
-            return _bad(f"{where}.text must be a string", where)
+# -- 4. what fits the model, on a body the schema normalized ------------------------------------
+def _check_common(body: dict[str, Any], limits: ModelLimits) -> Problem | None:
+    context = limits.context_tokens
+    for name in ("max_tokens", "max_completion_tokens"):
+        top = body.get(name)
+        if top is not None and context is not None and top > context:
+            return _bad(f"{name} {top} exceeds the model's context length {context}", name)
+    stop_ids = body.get("stop_token_ids")
+    if stop_ids is not None:  # SGLang indexes a vocabulary-sized tensor with them
+        problem = _check_ids("stop_token_ids", stop_ids, limits, as_prompt=False)
+        if problem is not None:
+            return problem
+    min_tokens = body.get("min_tokens")
+    if min_tokens is not None:
+        for name in ("max_tokens", "max_completion_tokens"):
+            top = body.get(name)
+            if top is not None and min_tokens > top:
+                return _bad(f"min_tokens {min_tokens} is more than {name} {top}", "min_tokens")
     return None
 
 
+def _content_bytes(message: dict[str, Any]) -> int:
+    content = message.get("content")
+    return len(content.encode("utf-8")) if isinstance(content, str) else 0
+
+
 def check_chat_body(body: dict[str, Any], limits: ModelLimits) -> Problem | None:
-    """Why a chat completion body cannot be served, or None."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return _bad("messages must be a non-empty list of message objects", "messages")
-    total = 0
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            return _bad(f"messages[{i}] must be an object with a role and content", f"messages[{i}]")
-        role = message.get("role")
-        if not isinstance(role, str) or role.lower() not in MESSAGE_ROLES:
-            return _bad(
-                f"messages[{i}].role must be one of {', '.join(sorted(MESSAGE_ROLES))}; got {json.dumps(role)[:40]}",
-                f"messages[{i}].role",
-            )
-        problem = _check_content(i, role.lower(), message)
-        if problem is not None:
-            return problem
-        total += _text_bytes(message.get("content"))
+    """Why a chat body the schema normalized cannot be served by this model, or None."""
+    total = sum(_content_bytes(m) for m in body["messages"])
     reason = limits.too_long("messages", total)
     if reason is not None:
         return _bad(reason, "messages", 413)
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
-        if not isinstance(kwargs, dict):
-            return _bad(
-                f"chat_template_kwargs must be an object, got {_kind(kwargs)}", "chat_template_kwargs"
-            )
         reserved = sorted(CHAT_TEMPLATE_RESERVED & set(kwargs))
         if reserved:
             return _bad(
@@ -232,14 +217,11 @@ def check_chat_body(body: dict[str, Any], limits: ModelLimits) -> Problem | None
     return _check_common(body, limits)
 
 
-def _check_ids(field: str, ids: list[Any], limits: ModelLimits, as_prompt: bool = True) -> Problem | None:
-    if not ids and as_prompt:
-        return _bad(f"{field} must not be empty", field)
+def _check_ids(field: str, ids: list[int], limits: ModelLimits, as_prompt: bool = True) -> Problem | None:
     top = limits.vocab_size
-    for j, token in enumerate(ids):
-        if isinstance(token, bool) or not isinstance(token, int) or token < 0 or (top and token >= top):
-            valid = f"[0, {top})" if top else "non-negative integers"
-            return _bad(f"{field}[{j}] is not a token id: {json.dumps(token)[:40]} (valid: {valid})", field)
+    if top is not None and ids and max(ids) >= top:
+        j = next(j for j, t in enumerate(ids) if t >= top)
+        return _bad(f"{field}[{j}] is not a token id: {ids[j]} (valid: [0, {top}))", field)
     context = limits.context_tokens
     if context is not None and len(ids) >= context and as_prompt:
         return _bad(f"{field} has {len(ids)} tokens, the context holds {context}", field)
@@ -247,25 +229,14 @@ def _check_ids(field: str, ids: list[Any], limits: ModelLimits, as_prompt: bool 
 
 
 def check_completion_body(body: dict[str, Any], limits: ModelLimits) -> Problem | None:
-    """Why a completion body cannot be served, or None. `prompt` may be a text, a list of texts,
-    a list of token ids, or a list of such lists (OpenAI's four forms)."""
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        prompts: list[Any] = [prompt]
-    elif isinstance(prompt, list) and prompt:
-        prompts = (
-            prompt if not all(isinstance(p, int) and not isinstance(p, bool) for p in prompt) else [prompt]
-        )
-    else:
-        return _bad("prompt must be a non-empty string, list of strings, or list of token ids", "prompt")
-    kinds = {str if isinstance(p, str) else list if isinstance(p, list) else None for p in prompts}
-    if None in kinds or len(kinds) > 1:
-        return _bad("prompt must be texts or token id lists, not a mix", "prompt")
+    """Why a completions body the schema normalized cannot be served by this model, or None.
+    `prompt` is a text, a list of texts, a list of token ids, or a list of such lists."""
+    prompt = body["prompt"]
+    single = isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], int))
+    prompts: list[Any] = [prompt] if single else prompt
     for i, p in enumerate(prompts):
-        field = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+        field = "prompt" if single else f"prompt[{i}]"
         if isinstance(p, str):
-            if not p:
-                return _bad(f"{field} must not be empty", field)
             reason = limits.too_long(field, len(p.encode("utf-8")))
             if reason is not None:
                 return _bad(reason, field, 413)
@@ -274,3 +245,29 @@ def check_completion_body(body: dict[str, Any], limits: ModelLimits) -> Problem 
             if problem is not None:
                 return problem
     return _check_common(body, limits)
+
+
+def check_body(
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    limits: ModelLimits,
+    *,
+    model_id: str | None = None,
+    restrict: bool = True,
+) -> dict[str, Any] | Problem:
+    """A parsed body checked (cost, schema, model fit) and normalized, or why it is refused.
+    `restrict`: refuse what only the ingress data path does not serve (`n` > 1, logprobs, ...)."""
+    problem = check_cost(endpoint, body, limits)
+    if problem is not None:
+        return problem
+    try:
+        if endpoint == "chat":
+            normalized = conform_chat(body, model_id=model_id, restrict=restrict)
+        else:
+            normalized = conform_completion(
+                body, model_id=model_id, document_start=limits.document_start, restrict=restrict
+            )
+    except Refused as refused:
+        return refused.problem
+    check = check_chat_body if endpoint == "chat" else check_completion_body
+    return check(normalized, limits) or normalized

@@ -285,6 +285,44 @@ class ServeSettings(_Frozen):
             )
         return data
 
+    # a request's whole cost, bounded before anything tokenizes it (deployments.limits)
+    max_body_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=64 * 1024,
+        le=1024 * 1024 * 1024,
+        description="Raw bytes of one chat or completions request body; more is a 413, answered as "
+        "soon as that many arrived, before anything parses it. The default holds max_input_bytes of "
+        "text even JSON-escaped to three times its size (non-ASCII as \\u escapes), with room for "
+        "tools and schemas.",
+    )
+    max_prompts: int = Field(
+        default=64,
+        ge=1,
+        le=100_000,
+        description="Prompts one /v1/completions request may carry (a `prompt` list of texts or of "
+        "token-id lists); more is a 400 naming `prompt`.",
+    )
+    max_messages: int = Field(
+        default=2048,
+        ge=1,
+        le=1_000_000,
+        description="Messages one /v1/chat/completions request may carry (the chat template renders "
+        "each one before anything is tokenized); more is a 400 naming `messages`.",
+    )
+    max_input_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="UTF-8 bytes of text one request may carry across all its prompts (completions) "
+        "or all its messages and tool definitions (chat); more is a 413, answered before anything "
+        "tokenizes it. Each prompt must also fit the model's context by its size.",
+    )
+    max_input_token_ids: int = Field(
+        default=131_072,
+        ge=1,
+        description="Token ids one /v1/completions request may carry across all its token-id prompts; "
+        "more is a 413 naming `prompt`.",
+    )
+
     def resolved_token(self) -> str | None:
         return self.control_token or os.environ.get("SPECFLIP_CONTROL_TOKEN") or None
 

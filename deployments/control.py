@@ -6,6 +6,7 @@ No Ray here: the ingress fetches `FleetStatus` from the policy actor and hands i
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import hmac
@@ -18,6 +19,7 @@ from policy.types import STALE_SOURCE, EngineReport, FleetStatus, Override, Repl
 __all__ = [
     "OVERRIDES",
     "AuthProblem",
+    "FailedAuthLimiter",
     "OverrideRequest",
     "RateLimiter",
     "check_bearer",
@@ -58,6 +60,30 @@ class RateLimiter:
             self._tokens -= 1
             return 0.0
         return (1 - self._tokens) / self.rate
+
+
+class FailedAuthLimiter:
+    """Failed control authentications, limited per client (its address): a client sending wrong
+    tokens gets 429 once it used up `burst` failures, then `rate` more a second; every other
+    client is unaffected. Only failures are counted, and only after the token was checked: the
+    right token always passes, from any client (a flood of wrong tokens never locks the operator
+    out). At most `max_clients` addresses are kept, the least recently failed dropped first."""
+
+    def __init__(self, rate: float, burst: int, max_clients: int = 4096) -> None:
+        self.rate, self.burst, self.max_clients = rate, burst, max_clients
+        self._buckets: collections.OrderedDict[str, RateLimiter] = collections.OrderedDict()
+
+    def failed(self, client: str, now: float) -> float:
+        """Count a failed authentication of `client`: 0 if it may still be told 401, else the
+        seconds until it may (answer 429 meanwhile)."""
+        bucket = self._buckets.pop(client, None) or RateLimiter(self.rate, self.burst)
+        self._buckets[client] = bucket  # most recent last
+        while len(self._buckets) > self.max_clients:
+            self._buckets.popitem(last=False)
+        return bucket.allow(now)
+
+    def __len__(self) -> int:
+        return len(self._buckets)
 
 
 @dataclasses.dataclass(frozen=True)

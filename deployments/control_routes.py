@@ -11,13 +11,17 @@ hands the actor this app's policy config (a redeployed app finds the running act
 `specflip serve` kills it when the app stops. The handle is kept across timeouts and restarts (Ray
 restarts the actor in place, `max_restarts`), and only an actor that is gone for good (killed
 without restart) is created anew. Restarts are counted from Ray's GCS actor table.
-Overrides are rate-limited (a token bucket per process) and never echo the request back.
+The bearer token is checked first, on every override: the right token always passes. Wrong
+tokens are limited per client address (`FailedAuthLimiter`: 401 for the first ones, then 429
+with Retry-After), so a client guessing tokens slows only itself; the rate limit cannot lock the
+operator out. Overrides never echo the request back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any
 
@@ -26,7 +30,7 @@ from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
 from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
-from deployments.control import OVERRIDES, OverrideRequest, RateLimiter, check_bearer, status_document
+from deployments.control import OVERRIDES, FailedAuthLimiter, OverrideRequest, check_bearer, status_document
 from deployments.errors import error_response
 from deployments.metrics import CONTENT_TYPE, PREFIX, SERVED_FAMILY, IngressMetrics
 from deployments.ray_compat import actor_restarts
@@ -37,8 +41,10 @@ __all__ = ["ControlRoutes", "error_response"]
 log = logging.getLogger(__name__)
 
 _ACTOR_TIMEOUT_S = 5.0
-# control calls (overrides) per second, and the burst allowed: enough for scripts, not for a flood
-CONTROL_RATE, CONTROL_BURST = 5.0, 20
+# failed authentications per client: a burst of typos, then one a second
+FAILED_AUTH_RATE, FAILED_AUTH_BURST = 1.0, 10
+# a token this short can be guessed: the failure limit does not stop guessing (the right token always passes)
+_SHORT_TOKEN = 16
 
 
 class ControlRoutes:
@@ -53,7 +59,14 @@ class ControlRoutes:
         self.metrics = metrics
         self.replica_id = replica_id
         self.token = config.serve.resolved_token()
-        self._control_rate = RateLimiter(CONTROL_RATE, CONTROL_BURST)
+        self._failed_auth = FailedAuthLimiter(FAILED_AUTH_RATE, FAILED_AUTH_BURST)
+        if self.token and len(self.token) < _SHORT_TOKEN:
+            log.warning(
+                "the control token has %d characters: use a long random one (at least %d); the limit on "
+                "failed attempts answers floods, it does not stop guessing",
+                len(self.token),
+                _SHORT_TOKEN,
+            )
         self._policy: Any = None
         self._policy_actor()
 
@@ -161,14 +174,18 @@ class ControlRoutes:
             await self._ask_policy("push_metrics", self.replica_id, families)
 
     async def override(self, request: Request) -> Response:
-        wait_s = self._control_rate.allow(time.monotonic())
-        if wait_s > 0:
-            retry = str(max(1, round(wait_s)))
-            return error_response(
-                429, f"too many control calls: retry in {retry} s", headers={"Retry-After": retry}
-            )
         problem = check_bearer(request.headers.get("authorization"), self.token)
         if problem is not None:
+            if problem.status_code == 401:
+                client = request.client.host if request.client is not None else "unknown"
+                wait_s = self._failed_auth.failed(client, time.monotonic())
+                if wait_s > 0:
+                    retry = str(max(1, math.ceil(wait_s)))
+                    return error_response(
+                        429,
+                        f"too many failed control authentications from {client[:100]}: retry in {retry} s",
+                        headers={"Retry-After": retry},
+                    )
             headers = {"WWW-Authenticate": "Bearer"} if problem.status_code == 401 else None
             return error_response(problem.status_code, problem.message, "AuthenticationError", headers)
         try:

@@ -1,32 +1,31 @@
-"""ASGI middleware in front of the OpenAI POST routes: the raw body must be a JSON object no larger
-than a limit, and pass `deployments.body`'s checks (strict JSON, messages, prompt sizes against
-the model's context, fields the request models would crash on). Anything else gets a 400 (413)
-with the reason before FastAPI and the request models see it, and before any replica spends
-anything on it.
+"""ASGI middleware in front of the OpenAI POST routes, on every data path: the raw body must be a
+JSON object no larger than `serve.max_body_bytes`, and pass `deployments.body`'s checks (strict JSON, the
+request's whole cost, OpenAI's request schema as this app serves it, prompt sizes against the
+model's context). Anything else gets a 400 (413) with the reason before FastAPI and the request
+models see it, and before any replica spends anything on it.
 
-A body that passes is handed on as `application/json` whatever content type the client sent
-(curl's default form type, `text/plain`): the route reads JSON either way.
+A body that passes is handed on normalized (nulls as defaults, integral floats as integers,
+message content as text: `deployments.openai_request`), as `application/json` whatever content
+type the client sent (curl's default form type, `text/plain`): the route reads JSON either way.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.middleware.cors import CORSMiddleware
 
-from deployments.body import Problem, check_chat_body, check_completion_body, parse_body
+from deployments.body import Endpoint, Problem, check_body, parse_body
 from deployments.config import SpecFlipConfig
 from deployments.errors import error_response
 from deployments.limits import ModelLimits, limits_for
 
 __all__ = ["MAX_BODY_BYTES", "BodyCheck", "JsonBodyGuard", "add_guard_and_cors"]
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
-_CHECKS = {
-    "/v1/chat/completions": check_chat_body,
-    "/v1/completions": check_completion_body,
-}
+MAX_BODY_BYTES = 16 * 1024 * 1024  # without a config; else serve.max_body_bytes
+_ENDPOINTS: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -53,14 +52,24 @@ class JsonBodyGuard:
             self._limits = limits_for(self._config)
         return self._limits
 
+    def _check(self, endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any] | Problem:
+        config = self._config
+        return check_body(
+            endpoint,
+            body,
+            self.limits,
+            model_id=None if config is None else config.model.id,
+        )
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        check = None
+        endpoint = None
         if scope["type"] == "http" and scope.get("method") == "POST":
             path = scope.get("path", "")
-            check = next((c for route, c in _CHECKS.items() if path.endswith(route)), None)
-        if check is None:
+            endpoint = next((e for route, e in _ENDPOINTS.items() if path.endswith(route)), None)
+        if endpoint is None:
             await self.app(scope, receive, send)
             return
+        limit = MAX_BODY_BYTES if self._config is None else self._config.serve.max_body_bytes
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -69,23 +78,25 @@ class JsonBodyGuard:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                await _refuse(
-                    Problem(413, f"request body exceeds {MAX_BODY_BYTES} bytes"), scope, receive, send
-                )
+            if size > limit:
+                why = f"request body exceeds {limit} bytes (serve.max_body_bytes)"
+                await _refuse(Problem(413, why), scope, receive, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        parsed = parse_body(body)
-        problem = parsed if isinstance(parsed, Problem) else check(parsed, self.limits)
-        if problem is None and self._extra is not None:
-            reason = self._extra(scope.get("path", ""), body)
-            problem = None if reason is None else Problem(400, reason)
-        if problem is not None:
-            await _refuse(problem, scope, receive, send)
+        parsed = parse_body(b"".join(chunks))
+        del chunks
+        checked = parsed if isinstance(parsed, Problem) else self._check(endpoint, parsed)
+        if isinstance(checked, Problem):
+            await _refuse(checked, scope, receive, send)
             return
+        body = json.dumps(checked, ensure_ascii=False).encode("utf-8")
+        if self._extra is not None:
+            reason = self._extra(scope.get("path", ""), body)
+            if reason is not None:
+                await _refuse(Problem(400, reason), scope, receive, send)
+                return
         replayed = False
 
         async def replay() -> Message:

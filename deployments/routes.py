@@ -7,7 +7,9 @@ generative EAGLE-3 model; Ray's tokenize handlers tokenize on the replica's even
 size bound): each answers 404 with that reason and is left out of the schema.
 
 Every route documents the statuses it answers, with the error body (`deployments.errors`);
-FastAPI's automatic 422 is removed where the app answers 400 instead.
+FastAPI's automatic 422 is removed where the app answers 400 instead. The chat and completions
+request bodies are the body guard's own schemas (`deployments.openai_request`, as the ingress
+data path serves them), not the request models': the document accepts what the app accepts.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any
 
 from deployments.control import OverrideRequest
 from deployments.errors import ErrorResponse
+from deployments.openai_request import CHAT_REQUEST, COMPLETION_REQUEST
 from deployments.ray_compat import DEFAULT_ENDPOINTS, ChatCompletionResponse, CompletionResponse
+from deployments.schema import Context, json_schema
 
 __all__ = ["ENDPOINTS", "NOT_SERVED", "install_openapi"]
 
@@ -31,11 +35,18 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         408: "The request timed out on the server",
         413: "Request body or prompt larger than the server or the model's context allows",
         422: "Invalid override body",
-        429: "Too many control calls; retry after the Retry-After seconds",
+        429: "Too many failed authentications from this client; retry after the Retry-After seconds",
         500: "Server fault (short message with the request id)",
         503: "A replica or the policy actor is unavailable; retry",
     }
     return {code: {"model": ErrorResponse, "description": text[code]} for code in codes}
+
+
+_SSE_EVENT = {
+    "type": "object",
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"}},
+    "required": ["data"],
+}
 
 
 def _generation(model: Any) -> dict[int | str, dict[str, Any]]:
@@ -43,17 +54,8 @@ def _generation(model: Any) -> dict[int | str, dict[str, Any]]:
         200: {
             "model": model,
             "description": "The completion (JSON), or with `stream: true` server-sent events",
-            # one server-sent event (as an SSE parser hands it over): `data` is an OpenAI chunk's
-            # JSON, or [DONE]
-            "content": {
-                "text/event-stream": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["data"],
-                        "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
-                    }
-                }
-            },
+            # OpenAPI 3.1: an event stream's schema describes each event (`data`: a JSON chunk or [DONE])
+            "content": {"text/event-stream": {"schema": _SSE_EVENT}},
         },
         **_errors(400, 404, 408, 413, 500, 503),
     }
@@ -111,20 +113,56 @@ for _name, (_path, _why) in NOT_SERVED.items():
     ENDPOINTS[_name] = _hidden_post(_path)
 
 _ANSWERS_422 = {"/specflip/override"}
+# request bodies the body guard checks: their schema is the guard's (what the ingress serves)
+REQUEST_BODIES = {
+    "/v1/chat/completions": ("SpecflipChatCompletionRequest", CHAT_REQUEST),
+    "/v1/completions": ("SpecflipCompletionRequest", COMPLETION_REQUEST),
+}
 
 
 def install_openapi(app: Any) -> None:
-    """Drop FastAPI's automatic 422 from routes that answer 400 for invalid bodies instead."""
+    """Drop FastAPI's automatic 422 from routes that answer 400 for invalid bodies instead, and
+    describe the chat and completions bodies as the app accepts them."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = build()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
             for path, operations in schema.get("paths", {}).items():
                 for operation in operations.values():
                     if path not in _ANSWERS_422:
                         operation.get("responses", {}).pop("422", None)
+                    if path in REQUEST_BODIES and "requestBody" in operation:
+                        name, node = REQUEST_BODIES[path]
+                        components[name] = json_schema(node, Context(restrict=True))
+                        ref = {"$ref": f"#/components/schemas/{name}"}
+                        operation["requestBody"] = {
+                            "required": True,
+                            "content": {"application/json": {"schema": ref}},
+                        }
+            _drop_unreferenced(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi
+
+
+def _drop_unreferenced(schema: dict[str, Any]) -> None:
+    """Remove component schemas nothing refers to any more (the request models' own)."""
+    components = schema.get("components", {}).get("schemas", {})
+    prefix = "#/components/schemas/"
+    seen: set[str] = set()
+    stack: list[Any] = [schema.get("paths", {})]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            ref = item.get("$ref")
+            if isinstance(ref, str) and ref.startswith(prefix) and ref[len(prefix) :] not in seen:
+                seen.add(ref[len(prefix) :])
+                stack.append(components.get(ref[len(prefix) :]))
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    for name in [n for n in components if n not in seen]:
+        del components[name]

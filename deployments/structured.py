@@ -25,6 +25,8 @@ import re
 import uuid
 from typing import Any
 
+from deployments.limits import explain_context_overflow
+
 __all__ = [
     "STRUCTURED_FIELDS",
     "ToolCalls",
@@ -241,8 +243,14 @@ def template_tools(request: Any) -> list[dict[str, Any]] | None:
 
 
 def explain_refusal(request: Any, message: str) -> str:
-    """SGLang's refusal of a grammar ("Failed to compile json grammar: ...") with the request field
-    that carried it in front, so the 400 names what the client sent."""
+    """SGLang's refusal with the request field that carried it: a grammar ("Failed to compile
+    json grammar: ...") with that field in front; a request beyond the context restated with the
+    prompt's own token count (deployments.limits.explain_context_overflow), so the 400 names
+    what the client sent."""
+    field = "messages" if getattr(request, "messages", None) is not None else "prompt"
+    restated = explain_context_overflow(message, field=field)
+    if restated is not None:
+        return restated
     constraints = _constraints(request)
     if constraints and message.startswith("Failed to compile"):
         return f"{constraints[0]}: {message}"

@@ -117,6 +117,28 @@ def test_the_removed_data_path_setting_is_refused_with_the_reason() -> None:
         build_app({**GPU_ARGS, "serve": {"data_path": "ingress"}})
 
 
+REAL_MODEL_EXAMPLES = {"h200-llama8b.yaml"}  # a trained model writes JSON without padding it
+
+
+@pytest.mark.parametrize(
+    "example",
+    sorted(p.name for p in EXAMPLES.glob("*.yaml") if p.name not in ("serve-cpu.yaml", "serve-inline.yaml")),
+)
+def test_example_configs_serve_structured_output_that_completes(example: str) -> None:
+    """The tiny pair (and random weights) pad grammar-constrained JSON with whitespace until
+    max_tokens: 0 of 90 JSON and tool answers completed on cpu-tiny.yaml without SGLang's
+    constrained_json_disable_any_whitespace (issue 20). Every example on such a model sets it, as
+    the CPU default does (whose JSON answers complete: test_serve_structured.py)."""
+    config = config_from_args({"config": str(EXAMPLES / example)})
+    flag = config.engine.extra.get("constrained_json_disable_any_whitespace")
+    assert flag is (None if example in REAL_MODEL_EXAMPLES else True), (example, config.engine.extra)
+    if example not in REAL_MODEL_EXAMPLES:
+        from deployments.defaults import cpu_demo_config
+
+        default = cpu_demo_config(("/t", "/d")).engine.extra
+        assert default["constrained_json_disable_any_whitespace"] is True
+
+
 def test_module_level_app_reads_specflip_config_else_needs_the_tiny_pair(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -1,5 +1,6 @@
-"""The raw-body checks and the model limits, as pure functions (the real app's answers to the same
-inputs are in test_api_inputs.py)."""
+"""The raw-body checks and the model limits, as pure functions: the request's whole cost, the
+model fit, the body as JSON (the schema: test_openai_request.py; the real app's answers to the
+same inputs: test_api_inputs.py, test_request_cost.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ from typing import Any
 
 import pytest
 
-from deployments.body import Problem, check_chat_body, check_completion_body, parse_body
-from deployments.limits import ModelLimits, max_token_bytes, read_limits
+from deployments.body import Problem, check_body, check_cost, parse_body
+from deployments.limits import ModelLimits, explain_context_overflow, max_token_bytes, read_limits
 
-LIMITS = ModelLimits(context_tokens=100, vocab_size=50, max_token_bytes=4)
+LIMITS = ModelLimits(
+    context_tokens=100,
+    vocab_size=50,
+    max_token_bytes=4,
+    max_prompts=3,
+    max_messages=3,
+    max_input_bytes=1000,
+    max_input_token_ids=150,
+)
 USER = [{"role": "user", "content": "hi"}]
 
 
@@ -38,22 +47,27 @@ def test_a_valid_surrogate_pair_is_text() -> None:
     assert parse_body(b'{"prompt": "\\ud83d\\ude00"}') == {"prompt": "\U0001f600"}
 
 
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
 CHAT_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("ok", {"messages": USER}, None),
     ("user role is allowed", {"messages": [{"role": "User", "content": "x"}]}, None),
     (
         "assistant with tool_calls, no content",
-        {"messages": [{"role": "assistant", "tool_calls": [{}]}]},
+        {"messages": [{"role": "assistant", "tool_calls": [CALL]}]},
         None,
     ),
-    ("unknown role lists user", {"messages": [{"role": "wizard", "content": "x"}]}, "tool, user"),
+    ("unknown role lists user", {"messages": [{"role": "wizard", "content": "x"}]}, "'user'"),
     (
         "bad content blamed on content",
         {"messages": [{"role": "user", "content": {"x": 1}}]},
         "messages[0].content must",
     ),
     ("missing content", {"messages": [{"role": "user"}]}, "messages[0].content is required"),
-    ("image part", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "text parts only"),
+    (
+        "image part",
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]},
+        "text only",
+    ),
     (
         "response_format a number",
         {"messages": USER, "response_format": 5},
@@ -63,7 +77,7 @@ CHAT_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     (
         "response_format.schema a list",
         {"messages": USER, "response_format": {"type": "json_schema", "schema": []}},
-        "schema must",
+        "response_format.schema is not a field",
     ),
     (
         "tokenize in template kwargs",
@@ -81,25 +95,32 @@ CHAT_CASES: list[tuple[str, dict[str, Any], str | None]] = [
         {"messages": USER, "max_completion_tokens": 1, "min_tokens": 3},
         "max_completion_tokens",
     ),
-    ("seed beyond 64 bits", {"messages": USER, "seed": 2**64}, "64-bit"),
+    ("max_tokens beyond the context", {"messages": USER, "max_tokens": 101}, "context length 100"),
+    ("seed beyond 64 bits", {"messages": USER, "seed": 2**64}, "seed must be in"),
     (
         "tools are deployments.structured's to check",
-        {"messages": USER, "tools": [{"type": "function"}]},
+        {"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]},
         None,
     ),
     ("no tools is fine", {"messages": USER, "tools": [], "tool_choice": "none"}, None),
     ("tool_choice is deployments.structured's to check", {"messages": USER, "tool_choice": "required"}, None),
     ("messages too large", {"messages": [{"role": "user", "content": "x" * 401}]}, "more than the context"),
+    ("too many messages", {"messages": USER * 4}, "messages has 4 messages: at most 3"),
+    (
+        "more text than a request may carry",
+        {"messages": [{"role": "user", "content": "x" * 300}] * 3, "tools": [{"d": "y" * 200}]},
+        "bytes of text: at most 1000 per request",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "body", "fragment"), CHAT_CASES, ids=[c[0] for c in CHAT_CASES])
 def test_chat_body_checks(case: str, body: dict[str, Any], fragment: str | None) -> None:
-    problem = check_chat_body(body, LIMITS)
+    result = check_body("chat", {"model": "m", **body}, LIMITS)
     if fragment is None:
-        assert problem is None, problem
+        assert isinstance(result, dict), result
     else:
-        assert problem is not None and fragment in problem.message, problem
+        assert isinstance(result, Problem) and fragment in result.message, result
 
 
 COMPLETION_CASES: list[tuple[str, Any, int | None, str]] = [
@@ -107,14 +128,18 @@ COMPLETION_CASES: list[tuple[str, Any, int | None, str]] = [
     ("texts", ["a", "b"], None, ""),
     ("token ids", [1, 2, 3], None, ""),
     ("lists of token ids", [[1, 2], [3]], None, ""),
-    ("empty", "", 400, "prompt"),
+    ("empty: the start of a document", "", None, ""),
     ("mixed", ["a", [1]], 400, "not a mix"),
     ("id beyond the vocabulary", [1, 50], 400, "prompt[1] is not a token id: 50 (valid: [0, 50))"),
-    ("negative id", [[1, -1]], 400, "not a token id"),
+    ("negative id", [[1, -1]], 400, "prompt[0][1] must be >= 0"),
     ("boolean id", [True, 1], 400, "not a mix"),
     ("more ids than the context", list(range(40)) * 3, 400, "the context holds 100"),
     ("text larger than the context", "x" * 401, 413, "401 bytes: at least 101 tokens"),
     ("one of several texts too large", ["a", "y" * 500], 413, "prompt[1] is 500 bytes"),
+    # the request's whole cost, before anything else: issue 20's 300 texts of 100 kB (scaled down)
+    ("more prompts than a request may carry", ["a"] * 4, 400, "prompt has 4 prompts: at most 3"),
+    ("more text than a request may carry", ["y" * 400] * 3, 413, "1200 bytes of text: at most 1000"),
+    ("more token ids than a request may carry", [[1] * 60] * 3, 413, "180 token ids: at most 150"),
 ]
 
 
@@ -122,11 +147,18 @@ COMPLETION_CASES: list[tuple[str, Any, int | None, str]] = [
     ("case", "prompt", "status", "fragment"), COMPLETION_CASES, ids=[c[0] for c in COMPLETION_CASES]
 )
 def test_completion_body_checks(case: str, prompt: Any, status: int | None, fragment: str) -> None:
-    problem = check_completion_body({"prompt": prompt}, LIMITS)
+    result = check_body("completions", {"model": "m", "prompt": prompt}, LIMITS)
     if status is None:
-        assert problem is None, problem
+        assert isinstance(result, dict), result
     else:
-        assert problem is not None and problem.status == status and fragment in problem.message, problem
+        assert isinstance(result, Problem) and result.status == status and fragment in result.message, result
+
+
+def test_the_cost_is_checked_before_anything_walks_the_body() -> None:
+    """A body of 300 prompts is refused by their number before any prompt is looked at (the
+    300th is not even a valid prompt)."""
+    problem = check_cost("completions", {"prompt": ["x"] * 299 + [{"not": "a prompt"}]}, LIMITS)
+    assert problem is not None and problem.param == "prompt" and "300 prompts" in problem.message
 
 
 def test_size_bound_is_sound_for_the_tiny_tokenizer(model_pair) -> None:  # noqa: ANN001
@@ -159,6 +191,36 @@ def test_max_token_bytes_counts_byte_level_pieces_as_bytes_and_refuses_unbounded
 
 
 def test_stop_token_ids_must_be_token_ids() -> None:
-    assert check_completion_body({"prompt": "a", "stop_token_ids": []}, LIMITS) is None
-    problem = check_completion_body({"prompt": "a", "stop_token_ids": [3, 99999]}, LIMITS)
-    assert problem is not None and problem.param == "stop_token_ids"
+    assert isinstance(
+        check_body("completions", {"model": "m", "prompt": "a", "stop_token_ids": []}, LIMITS), dict
+    )
+    problem = check_body("completions", {"model": "m", "prompt": "a", "stop_token_ids": [3, 99999]}, LIMITS)
+    assert isinstance(problem, Problem) and problem.param == "stop_token_ids"
+
+
+@pytest.mark.parametrize(
+    ("message", "field", "expected"),
+    [
+        (
+            "Requested token count exceeds the model's maximum context length of 2048 tokens. You requested a "
+            "total of 2100 tokens: 2060 tokens from the input messages and 40 tokens for the completion. Please "
+            "reduce ... (the input count includes 4 tokens speculative decoding reserves per request)",
+            "prompt",
+            "prompt is 2056 tokens and max_tokens 40: 2056 + 40 + 4 reserved by speculative decoding = 2100 "
+            "tokens, more than the context of 2048; shorten prompt or lower max_tokens",
+        ),
+        (
+            "The input (2050 tokens) is longer than the model's context length (2048 tokens).",
+            "messages",
+            "messages is 2050 tokens: 2050, which the context of 2048 tokens cannot hold with room for an "
+            "answer; shorten messages",
+        ),
+        ("Failed to compile json grammar", "prompt", None),
+    ],
+)
+def test_sglangs_context_refusal_counts_the_input_as_sent_and_names_the_field(
+    message: str, field: str, expected: str | None
+) -> None:
+    """Issue 20: SGLang counts the reserved speculative tokens as input (an input 4 tokens longer
+    than sent) and says "input messages" on /v1/completions."""
+    assert explain_context_overflow(message, field=field) == expected

@@ -166,3 +166,28 @@ def test_rate_limiter_allows_a_burst_then_the_rate() -> None:
     assert limiter.allow(0.0) == 0.5  # the next token in half a second
     assert limiter.allow(0.5) == 0.0 and limiter.allow(0.5) > 0
     assert [limiter.allow(100.0) for _ in range(4)][:3] == [0.0, 0.0, 0.0]  # refills to the burst, no more
+
+
+def test_failed_authentications_are_limited_per_client_and_only_failures_count() -> None:
+    from deployments.control import FailedAuthLimiter
+
+    limiter = FailedAuthLimiter(rate=1.0, burst=3)
+    # a client sending wrong tokens: a burst of 401s, then 429 until its bucket refills
+    assert [limiter.failed("10.0.0.9", 0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert limiter.failed("10.0.0.9", 0.0) == 1.0
+    # another client is untouched by that flood
+    assert limiter.failed("10.0.0.1", 0.0) == 0.0
+    # and the flooding client gets one try a second
+    assert limiter.failed("10.0.0.9", 2.0) == 0.0
+
+
+def test_the_failed_auth_table_is_bounded_dropping_the_least_recent_client() -> None:
+    from deployments.control import FailedAuthLimiter
+
+    limiter = FailedAuthLimiter(rate=1.0, burst=1, max_clients=2)
+    limiter.failed("a", 0.0)
+    limiter.failed("b", 0.0)
+    limiter.failed("a", 0.0)  # a is the most recent now
+    limiter.failed("c", 0.0)  # b goes
+    assert len(limiter) == 2
+    assert limiter.failed("b", 0.0) == 0.0  # forgotten: a fresh burst

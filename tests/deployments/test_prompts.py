@@ -64,3 +64,22 @@ def test_text_that_cannot_fit_the_context_is_refused_before_tokenizing(tokenizer
     limits = read_limits(target)
     with pytest.raises(PromptTooLarge, match=r"prompt\[1\] is 200000 bytes"):
         asyncio.run(tokenize_off_loop(tokenizer, ["ok", "z" * 200_000], limits))
+
+
+@pytest.mark.parametrize(
+    ("prompt", "fragment"),
+    [
+        (["a"] * 5, "prompt has 5 prompts: at most 4"),
+        (["x" * 60] * 2, "120 bytes of text: at most 100"),
+        ([[1] * 30] * 2, "60 token ids: at most 50"),
+    ],
+)
+def test_a_request_beyond_the_caps_is_refused_on_the_replica_too(
+    tokenizer, target: str, prompt, fragment
+) -> None:  # noqa: ANN001
+    """A request that reaches a replica without the body guard (a deployment handle) is held to
+    the same caps (serve.max_prompts, max_input_bytes, max_input_token_ids) before tokenizing."""
+    caps = {"max_prompts": 4, "max_input_bytes": 100, "max_input_token_ids": 50}
+    limits = read_limits(target, caps=caps)
+    with pytest.raises(PromptTooLarge, match=fragment):
+        asyncio.run(tokenize_off_loop(tokenizer, prompt, limits))

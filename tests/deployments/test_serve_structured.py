@@ -340,12 +340,6 @@ REFUSED = [  # (case, path, body, a word the message must contain)
         {"response_format": {"type": "json_object"}, **_TOOL_REQUIRED},
         "tools",
     ),
-    (
-        "json_schema without schema",
-        CHAT,
-        {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
-        "schema",
-    ),
     ("tools, tool_choice auto (default)", CHAT, {"tools": TOOLS}, "tool_choice"),
     ("tool_choice required without tools", CHAT, {"tool_choice": "required"}, "tool_choice"),
     (

@@ -1,4 +1,6 @@
-"""Request checks the ingress runs before a request reaches an engine (pure: parsed bodies in, reasons out)."""
+"""Request checks the ingress runs on validated request models before a request reaches an engine
+(pure: request models in, reasons out). The raw-body checks before them: test_body.py,
+test_openai_request.py."""
 
 from __future__ import annotations
 
@@ -7,8 +9,7 @@ from typing import Any
 import pytest
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
-from deployments.body import Problem, parse_body
-from deployments.validation import check_chat, check_completion, check_json_fields
+from deployments.validation import check_chat, check_completion
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -71,43 +72,3 @@ def test_servable_requests_pass(body: Any) -> None:
 def test_without_a_known_context_length_only_the_lower_bound_is_checked() -> None:
     assert check_chat(chat(max_tokens=10**9), None) is None
     assert check_chat(chat(max_tokens=0), None) is not None
-
-
-def _raw_check(raw: bytes) -> str | None:
-    """What the body guard checks of a raw body before the request models parse it."""
-    parsed = parse_body(raw)
-    return parsed.message if isinstance(parsed, Problem) else check_json_fields(parsed)
-
-
-@pytest.mark.parametrize(
-    ("raw", "reason"),
-    [
-        (b"", "request body is empty"),
-        (b"  ", "request body is empty"),
-        (b'{"model": ', "malformed JSON"),
-        (b"\xff\xfe", "malformed JSON"),
-        (b"[1, 2]", "request body must be a JSON object, got list"),
-        (b"null", "got NoneType"),
-        (b'"hi"', "got str"),
-        (b'{"max_tokens": true}', "max_tokens must be an integer, got true"),
-        (b'{"max_tokens": "5"}', 'max_tokens must be an integer, got "5"'),
-        (b'{"n": 1.0}', "n must be an integer, got 1.0"),
-        (b'{"temperature": "hot"}', 'temperature must be a number, got "hot"'),
-        (b'{"top_p": false}', "top_p must be a number, got false"),
-    ],
-)
-def test_raw_bodies_the_request_models_would_crash_on_or_coerce(raw: bytes, reason: str) -> None:
-    result = _raw_check(raw)
-    assert result is not None and reason in result, result
-
-
-@pytest.mark.parametrize(
-    "raw",
-    [
-        b'{"model": "m", "messages": []}',
-        b'{"max_tokens": 5, "temperature": 0}',
-        b'{"temperature": 0.7, "top_p": 1, "n": 1, "max_tokens": null}',
-    ],
-)
-def test_well_typed_bodies_pass_the_raw_check(raw: bytes) -> None:
-    assert _raw_check(raw) is None

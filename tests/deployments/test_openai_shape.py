@@ -1,0 +1,270 @@
+"""Response bodies turned into OpenAI's schema (deployments.openai_shape): what SGLang's response
+models and Ray's SGLangServer dump, checked against OpenAI's response schemas written here from
+its API reference's field lists (required, nullable, enums), before and after shaping."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from sglang.srt.entrypoints.openai.protocol import (
+    ChatCompletionResponse,
+    ChatCompletionStreamResponse,
+    CompletionResponse,
+)
+
+from deployments.openai_shape import (
+    shape_chat_chunk,
+    shape_chat_response,
+    shape_completion_chunk,
+    shape_completion_response,
+)
+from deployments.schema import AnyJson, Array, Integer, Node, Object, Prop, Refused, Text, conform
+from deployments.structured import tool_call, tool_call_message
+
+# -- OpenAI's response schemas: required (R), nullable (N); other fields any non-null value ------
+_OPEN = Object(open=True)
+_SGLANG_EXTRAS = (
+    "matched_stop",
+    "reasoning_tokens",
+    "reasoning_content",
+    "meta_info",
+    "metadata",
+    "sglext",
+    "hidden_states",
+    "token_ids",
+    "prompt_token_ids",
+)
+
+
+def _schema(required: dict[str, Node], optional: dict[str, Node], nullable: set[str]) -> Object:
+    props = {k: Prop(n, required=True, nullable=k in nullable) for k, n in required.items()}
+    props |= {k: Prop(n, nullable=k in nullable) for k, n in optional.items()}
+    props |= {k: Prop(AnyJson()) for k in _SGLANG_EXTRAS if k not in props}  # SGLang's, never null
+    return Object(props=props)
+
+
+USAGE = _schema(
+    {"prompt_tokens": Integer(), "completion_tokens": Integer(), "total_tokens": Integer()},
+    {
+        "prompt_tokens_details": Object({"cached_tokens": Prop(Integer()), "audio_tokens": Prop(Integer())}),
+        "completion_tokens_details": _OPEN,
+    },
+    set(),
+)
+TOOL_CALL = Object(
+    {
+        "id": Prop(Text(), required=True),
+        "type": Prop(Text(enum=("function",)), required=True),
+        "function": Prop(
+            Object({"name": Prop(Text(), required=True), "arguments": Prop(Text(), required=True)}),
+            required=True,
+        ),
+    }
+)
+MESSAGE = _schema(
+    {"role": Text(enum=("assistant",)), "content": Text(), "refusal": Text()},
+    {"tool_calls": Array(TOOL_CALL), "annotations": Array(_OPEN), "function_call": _OPEN, "audio": _OPEN},
+    {"content", "refusal", "audio"},
+)
+_FINISH = Text(enum=("stop", "length", "tool_calls", "content_filter", "function_call"))
+_TOP = {"id": Text(), "created": Integer(), "model": Text()}
+_TOP_OPTIONAL = {"service_tier": Text(), "system_fingerprint": Text()}
+CHAT = _schema(
+    {
+        **_TOP,
+        "object": Text(enum=("chat.completion",)),
+        "choices": Array(
+            _schema(
+                {"index": Integer(), "message": MESSAGE, "finish_reason": _FINISH, "logprobs": _OPEN},
+                {},
+                {"logprobs"},
+            )
+        ),
+    },
+    {"usage": USAGE, **_TOP_OPTIONAL},
+    {"service_tier"},
+)
+STREAMED_CALL = Object(
+    {
+        "index": Prop(Integer(), required=True),
+        "id": Prop(Text()),
+        "type": Prop(Text(enum=("function",))),
+        "function": Prop(Object({"name": Prop(Text()), "arguments": Prop(Text())})),
+    }
+)
+DELTA = _schema(
+    {},
+    {
+        "role": Text(enum=("developer", "system", "user", "assistant", "tool")),
+        "content": Text(),
+        "refusal": Text(),
+        "tool_calls": Array(STREAMED_CALL),
+        "function_call": _OPEN,
+    },
+    {"content", "refusal"},
+)
+CHUNK = _schema(
+    {
+        **_TOP,
+        "object": Text(enum=("chat.completion.chunk",)),
+        "choices": Array(
+            _schema(
+                {"index": Integer(), "delta": DELTA, "finish_reason": _FINISH},
+                {"logprobs": _OPEN},
+                {"finish_reason", "logprobs"},
+            )
+        ),
+    },
+    {"usage": USAGE, **_TOP_OPTIONAL},
+    {"usage", "service_tier"},
+)
+
+
+def _completion(finish_nullable: bool) -> Object:
+    choice = _schema(
+        {
+            "index": Integer(),
+            "text": Text(),
+            "logprobs": _OPEN,
+            "finish_reason": Text(enum=("stop", "length", "content_filter")),
+        },
+        {},
+        {"logprobs", "finish_reason"} if finish_nullable else {"logprobs"},
+    )
+    return _schema(
+        {**_TOP, "object": Text(enum=("text_completion",)), "choices": Array(choice)},
+        {"usage": USAGE, "system_fingerprint": Text()},
+        {"usage"} if finish_nullable else set(),
+    )
+
+
+COMPLETION, COMPLETION_CHUNK = _completion(False), _completion(True)
+
+
+def _valid(schema: Object, body: dict[str, Any]) -> str | None:
+    """Why `body` is not valid against the schema (the first field at fault), else None."""
+    try:
+        conform(schema, json.loads(json.dumps(body)))
+    except Refused as refused:
+        return refused.problem.message
+    return None
+
+
+# -- what SGLang's models and Ray's SGLangServer dump --------------------------------------------
+_USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+TEXT_ANSWER = ChatCompletionResponse(
+    id="a",
+    model="m",
+    choices=[{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    usage=_USAGE,
+).model_dump()
+_calls_message, _ = tool_call_message('[{"name": "f", "parameters": {}}]', "stop", [tool_call("f", "{}")])
+TOOL_ANSWER = ChatCompletionResponse(
+    id="b",
+    model="m",
+    choices=[{"index": 0, "message": _calls_message, "finish_reason": "tool_calls"}],
+    usage={**_USAGE, "prompt_tokens_details": {"cached_tokens": 2}},
+).model_dump()
+RAY_CHUNK = {  # SGLangServer._build_sse_chunk's first chunk
+    "id": "c",
+    "object": "chat.completion.chunk",
+    "created": 1,
+    "model": "m",
+    "choices": [{"index": 0, "delta": {"content": "h", "role": "assistant"}, "finish_reason": None}],
+}
+SGLANG_CHUNK = ChatCompletionStreamResponse(
+    id="d", model="m", choices=[{"index": 0, "delta": {"content": "i"}, "finish_reason": "stop"}]
+).model_dump()
+USAGE_CHUNK = ChatCompletionStreamResponse(id="e", model="m", choices=[], usage=_USAGE).model_dump()
+TOOL_CHUNK = {
+    **RAY_CHUNK,
+    "choices": [
+        {
+            "index": 0,
+            "delta": {**_calls_message, "tool_calls": [{**tool_call("f", "{}"), "index": 0}]},
+            "finish_reason": None,
+        }
+    ],
+}
+TEXT_COMPLETION = CompletionResponse(
+    id="f",
+    model="m",
+    choices=[{"index": 0, "text": "x", "logprobs": None, "finish_reason": "length"}],
+    usage=_USAGE,
+).model_dump()
+RAY_TEXT_CHUNK = {
+    "id": "g",
+    "object": "text_completion",
+    "created": 1,
+    "model": "m",
+    "choices": [{"index": 1, "text": "y", "logprobs": None, "finish_reason": None}],
+}
+
+CASES = [
+    ("a text answer", shape_chat_response, CHAT, TEXT_ANSWER),
+    ("a tool-call answer", shape_chat_response, CHAT, TOOL_ANSWER),
+    ("Ray's first stream chunk", shape_chat_chunk, CHUNK, RAY_CHUNK),
+    ("SGLang's stream chunk", shape_chat_chunk, CHUNK, SGLANG_CHUNK),
+    ("the usage chunk", shape_chat_chunk, CHUNK, USAGE_CHUNK),
+    ("a streamed tool call", shape_chat_chunk, CHUNK, TOOL_CHUNK),
+    ("a completion", shape_completion_response, COMPLETION, TEXT_COMPLETION),
+    ("a completion stream chunk", shape_completion_chunk, COMPLETION_CHUNK, RAY_TEXT_CHUNK),
+]
+
+
+@pytest.mark.parametrize(("case", "shape", "schema", "dumped"), CASES, ids=[c[0] for c in CASES])
+def test_shaped_bodies_are_valid_against_openais_response_schema(
+    case: str, shape: Any, schema: Object, dumped: dict[str, Any]
+) -> None:
+    before = json.dumps(dumped)
+    assert _valid(schema, shape(dumped)) is None
+    assert json.dumps(dumped) == before  # the input is left as it was
+
+
+@pytest.mark.parametrize(
+    ("dumped", "where", "fault"),
+    [
+        (
+            TEXT_ANSWER,
+            ("choices", 0, "message", "tool_calls"),
+            None,
+        ),  # null, where OpenAI has an array or nothing
+        (TOOL_ANSWER, ("choices", 0, "message", "refusal"), "absent"),  # required (nullable)
+        (SGLANG_CHUNK, ("choices", 0, "delta", "role"), None),
+        (USAGE_CHUNK, ("usage", "prompt_tokens_details"), None),
+        (TEXT_COMPLETION, ("choices", 0, "matched_stop"), None),
+    ],
+)
+def test_what_sglang_dumps_is_not_valid_unshaped(
+    dumped: dict[str, Any], where: tuple[Any, ...], fault: Any
+) -> None:
+    """The deviations issue 20 found (what shaping fixes): each is in the dump, and the dump
+    fails OpenAI's schema."""
+    schema = {"chat.completion": CHAT, "chat.completion.chunk": CHUNK, "text_completion": COMPLETION}[
+        dumped["object"]
+    ]
+    holder: Any = dumped
+    for key in where[:-1]:
+        holder = holder[key]
+    assert holder.get(where[-1], "absent") == fault
+    assert _valid(schema, dumped) is not None
+
+
+def test_shaping_keeps_values_and_adds_only_what_openai_requires() -> None:
+    shaped = shape_chat_response(TOOL_ANSWER)
+    message = shaped["choices"][0]["message"]
+    assert message == {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "tool_calls": message["tool_calls"],
+    }
+    assert [c["function"] for c in message["tool_calls"]] == [{"name": "f", "arguments": "{}"}]
+    assert "index" not in message["tool_calls"][0]  # a stream's field
+    assert shaped["usage"]["prompt_tokens_details"] == {"cached_tokens": 2}
+    assert shaped["choices"][0]["logprobs"] is None and shaped["choices"][0]["finish_reason"] == "tool_calls"
+    chunk = shape_chat_chunk(TOOL_CHUNK)["choices"][0]["delta"]
+    assert chunk["tool_calls"][0]["index"] == 0  # kept in a stream
+    assert shape_chat_chunk(USAGE_CHUNK)["choices"] == []
