@@ -98,13 +98,14 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def _ratio_goal(rows: list[dict[str, Any]], target: str, spec: str, stream: bool) -> str | None:
-    judged = [
+    mine = [
         r
         for r in rows
-        if (r["target"], r["speculation"], r["stream"]) == (target, spec, stream)
-        and r["concurrency"] >= RATIO_FROM_C
-        and not r["client_bound"]
+        if (r["target"], r["speculation"], r["stream"]) == (target, spec, stream) and not r["client_bound"]
     ]
+    # the loaded levels: c >= RATIO_FROM_C, or every c > 1 in a run without such levels (CPU)
+    floor = RATIO_FROM_C if any(r["concurrency"] >= RATIO_FROM_C for r in mine) else 2
+    judged = [r for r in mine if r["concurrency"] >= floor]
     if not judged:
         return None
     low = [r for r in judged if r["ratio"] is None or r["ratio"] < RATIO_GOAL]
