@@ -152,7 +152,7 @@ def engine_document(e: EngineReport) -> dict[str, Any]:
         "resync_ms_total": round(e.resync_ms_total, 3),
         "last_resync_ms": None if e.last_resync_ms is None else round(e.last_resync_ms, 3),
         "decode_steps": {"on": e.on_steps, "off": e.off_steps},
-        "decode_tokens": e.decode_tokens,
+        "generated_tokens": e.generated_tokens,
         "control_timeouts": e.control_timeouts,
         "sglang_version": e.sglang_version,
     }

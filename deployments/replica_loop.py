@@ -266,7 +266,7 @@ def _engine_report(s: SpeculationState, control_timeouts: int) -> EngineReport:
         off_steps=s.off_steps,
         control_timeouts=control_timeouts,
         sglang_version=s.sglang_version,
-        decode_tokens=s.decode_tokens,
+        generated_tokens=s.generated_tokens,
     )
 
 

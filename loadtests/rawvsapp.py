@@ -366,6 +366,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, required=True, help="specflip config (its engine args serve both)")
     p.add_argument("--speculation", default="off,on", help="comma list of off,on")
     p.add_argument("--no-raw", action="store_true", help="skip SGLang's own server")
+    p.add_argument("--no-app", action="store_true", help="skip the app variants (raw servers only)")
+    p.add_argument(
+        "--merge",
+        type=Path,
+        help="results.json of an earlier run on this host: all its points join this one's",
+    )
     p.add_argument(
         "--app",
         action="append",
@@ -466,12 +472,17 @@ def main(argv: list[str] | None = None) -> int:
             "requests) until measured; each engine has the config's mem_fraction_static"
         )
     try:
-        for name, config in apps:
+        for name, config in [] if args.no_app else apps:
             bench.run_app(name, config, specs)
     except BaseException:
         for server, _ in early.values():
             server.stop()
         raise
+    if args.merge:  # points (and client runs) of an earlier run on this host, e.g. its apps
+        earlier = json.loads(args.merge.read_text())
+        bench.points[:0] = [Point(**p) for p in earlier["points"]]
+        bench.client_runs[:0] = [ClientRun(**r) for r in earlier.get("client_runs", [])]
+        bench.notes.append(f"points of {args.merge} (same host, earlier in the run) merged in")
     if args.reuse_raw:
         earlier = json.loads(args.reuse_raw.read_text())["points"]
         bench.points += [Point(**p) for p in earlier if p["target"] == "raw"]

@@ -7,11 +7,15 @@ the path to it) is the bottleneck and its number is not the server's.
 
 - `LogReferee`: SGLang's own server. Its scheduler logs a `Decode batch, ... gen throughput
   (token/s): X` line every `decode_log_interval` (40) decode steps, X = tokens generated since the
-  previous line over the wall time since it; the rate over a window is the mean of the lines
-  stamped inside it (stamps have 1-s resolution: the window is taken to whole seconds), or the
-  next line after it when none is (windows shorter than 40 steps of a slow engine).
-- `StatusReferee`: the app. Each replica reports its engine's cumulative `decode_tokens` with its
-  tick (`/specflip/status`, `engine.decode_tokens`); a thread polls the status and keeps (time the
+  previous line over the wall time since it. Each line covers 40 steps of `#running-req`
+  requests, i.e. about 40 x #running-req tokens, so the rate over a window is those tokens over
+  the time they took: sum(n_i) / sum(n_i / X_i) over the lines stamped inside it (stamps have 1-s
+  resolution: the window is taken to whole seconds), or the next line after it when none is
+  (windows shorter than 40 steps of a slow engine). The plain mean of the X_i is not the rate: a
+  line whose 40 steps were slowed by prefills counts as much as a fast one, and on the H200 the
+  mean read 1.3-1.6x what both clients saw at c >= 128 (2026-12-02).
+- `StatusReferee`: the app. Each replica reports its engine's cumulative `generated_tokens` with
+  its tick (`/specflip/status`, `engine.generated_tokens`); a thread polls the status and keeps (time the
   report was made, count) per replica; the rate over a window is the interpolated count at its
   end minus at its start, summed over replicas.
 """
@@ -31,19 +35,27 @@ from loadtests.hosts import HostBoundUrls
 __all__ = ["LogReferee", "StatusReferee", "decode_lines"]
 
 _DECODE = re.compile(
-    r"\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s+Decode batch.*?"
-    r"gen throughput \(token/s\):\s*(?P<rate>[0-9.]+)"
+    r"\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s+Decode batch[^,]*, "
+    r"#running-req:\s*(?P<running>\d+).*?gen throughput \(token/s\):\s*(?P<rate>[0-9.]+)"
 )
 
 
-def decode_lines(text: str) -> list[tuple[float, float]]:
-    """(epoch seconds of the stamp, gen throughput) of every decode-batch line in a log text.
-    Stamps are the host's local time (SGLang's log format)."""
+def decode_lines(text: str) -> list[tuple[float, int, float]]:
+    """(epoch seconds of the stamp, running requests, gen throughput) of every decode-batch line
+    in a log text. Stamps are the host's local time (SGLang's log format)."""
     out = []
     for m in _DECODE.finditer(text):
         stamp = datetime.strptime(m["time"], "%Y-%m-%d %H:%M:%S").timestamp()
-        out.append((stamp, float(m["rate"])))
+        out.append((stamp, int(m["running"]), float(m["rate"])))
     return out
+
+
+def _tokens_over_time(lines: list[tuple[int, float]]) -> float | None:
+    """sum(n) / sum(n / rate): the rate of lines that each cover 40 steps of n requests."""
+    lines = [(n, r) for n, r in lines if r > 0 and n > 0]
+    if not lines:
+        return None
+    return sum(n for n, _ in lines) / sum(n / r for n, r in lines)
 
 
 class LogReferee:
@@ -62,10 +74,10 @@ class LogReferee:
             return None
         lo, hi = int(start), int(end)
         lines = decode_lines(text)
-        rates = [r for t, r in lines if lo <= t < hi]
-        if not rates:
-            rates = [r for t, r in lines if hi <= t < hi + wait_s][:1]
-        return sum(rates) / len(rates) if rates else None
+        inside = [(n, r) for t, n, r in lines if lo <= t < hi]
+        if not inside:
+            inside = [(n, r) for t, n, r in lines if hi <= t < hi + wait_s][:1]
+        return _tokens_over_time(inside)
 
     def close(self) -> None:
         pass
@@ -95,7 +107,7 @@ class StatusReferee:
                 with self._lock:
                     for r in replicas:
                         engine = r.get("engine") or {}
-                        count = engine.get("decode_tokens")
+                        count = engine.get("generated_tokens")
                         age = r.get("last_report_age_s")
                         if not isinstance(count, int) or not isinstance(age, int | float):
                             continue

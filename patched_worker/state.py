@@ -63,7 +63,10 @@ class SpeculationState:
     resyncs_timed: int = 0  # resyncs whose duration is known (a resync still on the device is not yet)
     strategy_configured: Strategy | None = None  # what the config or the last set_strategy asked for
     strategy_fallback: str = ""  # why `strategy` differs from `strategy_configured` ("" when it does not)
-    # cumulative decode-step counters: tokens committed, seconds spent, steps, requests summed over steps
+    # every token a decode step committed since the engine started, both modes (the referee's count)
+    generated_tokens: int = 0
+    # cumulative decode-step counters of steady decoding (a step right after a prefill and idle gaps
+    # left out: the goodput rule's step rate): tokens committed, seconds, steps, requests summed
     decode_tokens: int = 0
     decode_seconds: float = 0.0
     decode_steps: int = 0

@@ -87,7 +87,7 @@ class SpecSwitch:
         self.resync_timer = _ResyncTimer()
         # decode-step throughput counters (CPU clock between consecutive decode results; a gap that
         # spans a prefill batch or an idle period is not decode time and is left out)
-        self.decode_tokens = self.decode_steps = self.decode_requests = 0
+        self.decode_tokens = self.decode_steps = self.decode_requests = self.generated_tokens = 0
         self.decode_seconds = 0.0
         self._last_result_t: float | None = None
         self._prefill_since_result = False
@@ -190,6 +190,7 @@ class SpecSwitch:
         """Called in launch order with each decode result's CPU accept counts."""
         now = time.perf_counter()
         gap = None if self._last_result_t is None else now - self._last_result_t
+        self.generated_tokens += len(correct_drafts_per_req) + sum(correct_drafts_per_req)
         if gap is not None and gap < _MAX_STEP_GAP_S and not self._prefill_since_result:
             self.decode_seconds += gap
             self.decode_tokens += len(correct_drafts_per_req) + sum(correct_drafts_per_req)
@@ -240,6 +241,7 @@ class SpecSwitch:
             resyncs_timed=timer.timed,
             strategy_configured=self.strategy_configured,
             strategy_fallback=self.strategy_fallback,
+            generated_tokens=self.generated_tokens,
             decode_tokens=self.decode_tokens,
             decode_seconds=self.decode_seconds,
             decode_steps=self.decode_steps,

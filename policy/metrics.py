@@ -102,7 +102,11 @@ def _engine_families(replicas: tuple[ReplicaStatus, ...]) -> Iterator[Metric]:
     resync_s = CounterMetricFamily(p + "resync_seconds", "Summed duration of the timed resyncs", labels=r_)
     last_resync = GaugeMetricFamily(p + "last_resync_seconds", "Duration of the last timed resync", labels=r_)
     steps = CounterMetricFamily(p + "decode_steps", "Decode steps by mode", labels=["replica", "mode"])
-    tokens = CounterMetricFamily(p + "decode_tokens", "Output tokens of decode steps, both modes", labels=r_)
+    tokens = CounterMetricFamily(
+        p + "generated_tokens",
+        "Tokens decode steps committed, both modes (prefill's first token not)",
+        labels=r_,
+    )
     timeouts = CounterMetricFamily(
         p + "control_timeouts", "Replica control calls to the engine that timed out", labels=r_
     )
@@ -123,7 +127,7 @@ def _engine_families(replicas: tuple[ReplicaStatus, ...]) -> Iterator[Metric]:
             last_resync.add_metric(key, e.last_resync_ms / 1e3)
         steps.add_metric([r.replica_id, "on"], e.on_steps)
         steps.add_metric([r.replica_id, "off"], e.off_steps)
-        tokens.add_metric(key, e.decode_tokens)
+        tokens.add_metric(key, e.generated_tokens)
         timeouts.add_metric(key, e.control_timeouts)
     yield from (graphs, graph_bytes, strategy, fallback, toggles, resyncs, timed, resync_s, last_resync)
     yield from (steps, tokens, timeouts)

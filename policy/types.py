@@ -122,7 +122,7 @@ class EngineReport:
     off_steps: int  # decode steps run as a plain decode (resync steps included)
     control_timeouts: int = 0  # control calls (state reads, switches) of the replica that timed out
     sglang_version: str = ""
-    decode_tokens: int = 0  # output tokens of decode steps since the engine started, both modes
+    generated_tokens: int = 0  # tokens decode steps committed since the engine started, both modes
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ ENGINE = EngineReport(
     off_steps=25,
     control_timeouts=1,
     sglang_version="0.5.17",
-    decode_tokens=1234,
+    generated_tokens=1234,
 )
 
 
@@ -144,7 +144,7 @@ def test_status_document_has_the_fields_the_loadtests_use() -> None:
             "resync_ms_total": 9.877,
             "last_resync_ms": 4.5,
             "decode_steps": {"on": 40, "off": 25},
-            "decode_tokens": 1234,
+            "generated_tokens": 1234,
             "control_timeouts": 1,
             "sglang_version": "0.5.17",
         },
