@@ -28,7 +28,7 @@ TOK=${CHAIN_TOKENIZER:-/tmp/persist/tok}
 ENV_SH=${CHAIN_ENV_SH:-.gpu-bundle/device/env.sh}
 DEFAULT_ARGS="--speculation off,on --concurrency 1,32,64,128,256 --repeat 128=3,256=3 --window 20
   --settle 3 --stream both --plain-concurrency 128,256 --plain-speculation off --sglang-client 128,256
-  --output-spread 0.5 --stagger 2 --locust-processes 4 --profile-at 128 --start-raw-early
+  --output-spread 0.5 --stagger 2 --locust-processes 4 --profile-at 128
   --calibration docs/gpu/h200-2026-12-01/calibration.json"
 ARGS=${CHAIN_RAWVSAPP:-$DEFAULT_ARGS}
 mkdir -p "$R"
