@@ -22,6 +22,7 @@ which the ingress turns into response headers, `/specflip/status` and `/metrics`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -126,6 +127,7 @@ class SpecFlipRouter(RequestRouter):
         self._actor: Any = None
         self._pushed_at = float("-inf")
         self._push_warned = False
+        self._push_scheduled = False
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         super().update_replicas(replicas)
@@ -192,6 +194,10 @@ class SpecFlipRouter(RequestRouter):
             self._holders[key] = frozenset(holders)
         held = set(holders)
         return [i for i, t in enumerate(tags) if t in held]
+
+    def _push_later(self) -> None:
+        self._push_scheduled = False
+        self._push_counts()
 
     def _prompt_text(self, pending: PendingRequest | None) -> str:
         """The prompt text affinity matches ("" when affinity is off or the request has none)."""
@@ -288,7 +294,16 @@ class SpecFlipRouter(RequestRouter):
         """Every PUSH_EVERY_S, hand the policy actor this process's routing counts (fire and forget:
         `/metrics` and `/specflip/status` show them from there). Never fails a routing decision."""
         now = self._clock()
-        if self._actor_name is None or now - self._pushed_at < PUSH_EVERY_S:
+        if self._actor_name is None:
+            return
+        wait_s = self._pushed_at + PUSH_EVERY_S - now
+        if wait_s > 0:  # pushed a moment ago: once more when the second is up (the last burst's counts)
+            if not self._push_scheduled:
+                try:
+                    asyncio.get_running_loop().call_later(wait_s, self._push_later)
+                    self._push_scheduled = True
+                except RuntimeError:  # not on an event loop (a test, or Serve's thread): next decision
+                    pass
             return
         self._pushed_at = now
         try:

@@ -32,9 +32,9 @@ run() {  # name config override(on|off|auto)
   curl -sf localhost:8000/metrics > "$OUT/$name.metrics.txt"
   kill -INT $pid; wait $pid
 }
-run always-on  $E/h200-dummy8b-2replica-ingress.yaml on
-run always-off $E/h200-dummy8b-2replica-ingress.yaml off
-run dynamic    $E/h200-dummy8b-2replica-ingress.yaml auto
+run always-on  $E/h200-dummy8b-2replica.yaml on
+run always-off $E/h200-dummy8b-2replica.yaml off
+run dynamic    $E/h200-dummy8b-2replica.yaml auto
 run dynamic+classes $E/h200-dummy8b-2replica-classes.yaml auto
 python3 -m loadtests.two_class_report --ttft-slo-ms 1000 --tpot-slo-ms 30 --out "$OUT/report" \
   --run always-on="$OUT/always-on" --run always-off="$OUT/always-off" --run dynamic="$OUT/dynamic" \
