@@ -183,9 +183,17 @@ def test_killing_one_replica_fails_only_its_in_flight_requests_and_the_policy_fo
     phases = _report("replica kill", load, marks)
     # requests started "before" may still be in flight on the killed replica (checked just below)
     assert phases["after"]["failed"] == 0, phases
-    # a failed request was in flight at the kill; at most the replica's share of the clients
+    # a failed request was in flight at the kill, or was sent to the dead replica in the moment before
+    # HAProxy and the router took it out (HAProxy then closes the connection with no response at all:
+    # nothing was generated, a retry is safe); at most the replica's share of the clients
     failures = load.failures()
-    assert all(f.started <= killed_at[0] <= f.ended for f in failures), failures
+    in_flight = [f for f in failures if f.started <= killed_at[0] <= f.ended]
+    unanswered = [
+        f
+        for f in failures
+        if killed_at[0] < f.started <= killed_at[0] + 2.0 and "without sending a response" in f.detail
+    ]
+    assert len(in_flight) + len(unanswered) == len(failures), failures
     assert len(failures) <= 4, failures
     assert all("Traceback" not in f.detail and "OOM" not in f.detail for f in failures), failures
     # forgotten within the TTL of its last report (it stopped reporting when it was killed)
