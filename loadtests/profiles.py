@@ -2,8 +2,7 @@
 
 `serving_processes(kind, root_pid)` names the processes a request crosses: for SGLang's own
 server (`raw`) its HTTP + tokenizer-manager process, scheduler and detokenizer; for the app
-(`app`) Ray Serve's proxy, the ingress replica (or, on the direct data path, HAProxy and Ray's
-LLMRouter), the first `SpecFlipServer` replica and that replica's SGLang scheduler and
+(`app`) Ray Serve's proxy (idle behind HAProxy), HAProxy, Ray's LLMRouter, the first `SpecFlipServer` replica and that replica's SGLang scheduler and
 detokenizer; plus the load generator's processes.
 `record(...)` samples them all at once for a window with py-spy (`--nonblocking`: the
 processes are never paused) and `summarize_raw` turns py-spy's raw (collapsed) stacks into
@@ -32,7 +31,6 @@ __all__ = ["ProcessProfile", "profiles_markdown", "record", "serving_processes",
 
 _APP_PROCESSES = (
     ("proxy", "ray::ProxyActor"),
-    ("ingress", "ray::ServeReplica:specflip:SpecFlipIngress"),
     ("router", "ray::ServeReplica:specflip:LLMRouter"),  # direct data path: picks a replica per request
     ("replica", "ray::ServeReplica:specflip:SpecFlipServer"),
 )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from deployments.sse import SseDecoder  # the one SSE decoder, shared with the ingress
+from deployments.sse import SseDecoder  # the one SSE decoder, shared with the replicas' stream metrics
 
 __all__ = ["DONE", "SseDecoder", "StreamChunk", "parse_chunk"]
 

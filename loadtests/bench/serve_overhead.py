@@ -6,7 +6,8 @@ Same model pair, same engine settings (the replica's own factory builds both eng
 machine, one request at a time, greedy with `ignore_eos` so both paths generate exactly the same
 tokens. Both engines are up at once and requests alternate between the paths, so drift of a
 shared host hits both alike; the overhead is the median of per-pair differences.
-Serve path = HTTP client -> Serve proxy -> SpecFlipIngress (checks, metrics) -> SpecFlipServer
+Serve path = HTTP client -> Serve's HAProxy (+ Ray's LLMRouter) -> the SpecFlipServer replica's own
+HTTP app (checks, metrics) -> SpecFlipServer
 replica (with its policy tick running) -> engine. Writes the "## Ray Serve overhead" section
 of docs/benchmarks.md (other sections are left alone) and the raw numbers to out/bench_overhead.json.
 """
@@ -184,15 +185,15 @@ def main(argv: list[str] | None = None) -> int:
             "of the tiny trained pair (EAGLE-3 steps 3, topk 1, 4 draft tokens, speculation ON), greedy with "
             "`ignore_eos` so both paths generate the same tokens, one request at a time. Direct = "
             "`SpecFlipEngine.generate` in the benchmark process (built by the replica's own factory); Ray Serve = "
-            "non-streamed `POST /v1/completions` over HTTP through the Serve proxy, `SpecFlipIngress` (input "
-            "checks, metrics) and a `SpecFlipServer` replica (policy tick running) to its own engine. Both "
+            "non-streamed `POST /v1/completions` over HTTP through Serve's HAProxy (and Ray's LLMRouter) to a "
+            "`SpecFlipServer` replica's own HTTP app (input checks, metrics; policy tick running) and its engine. Both "
             "engines are up together and requests alternate between the paths, so host drift hits both alike; "
             "overhead p50 is the median over request pairs of (Ray Serve - direct).",
             "",
             _table(stats),
             "",
-            "The overhead is a fixed per-request cost (HTTP, two Serve hops, request/response models, the "
-            "ingress's checks and metrics): it matters for short requests and fades for long ones. On a GPU a "
+            "The overhead is a fixed per-request cost (HTTP, HAProxy and its router call, request/response "
+            "models, the checks and metrics): it matters for short requests and fades for long ones. On a GPU a "
             "request takes far less engine time, so the same milliseconds are a larger share there. Where the "
             "overhead is far below the paths' p90 - p50 spread, the CPU engine's own jitter hides it.",
         ]

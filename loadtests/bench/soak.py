@@ -6,7 +6,7 @@ oversized and malformed requests mixed in.
 Streaming clients follow a repeating low -> high -> low cycle (`--cycle`, seconds per phase and
 clients per phase); every few seconds a bad request goes in (a 31 MB prompt, malformed JSON, a
 NaN, a lone surrogate, a wrongly typed field), each of which must get its 4xx. Every `--sample-s`
-it records each process of this app (found among this process's descendants: the ingress, each
+it records each process of this app (found among this process's descendants: Ray's request router, each
 replica, their SGLang scheduler and detokenizer, the policy actor, Serve's controller and proxy,
 the raylet and GCS): resident memory and open file descriptors, and the policy's flips.
 
@@ -37,7 +37,7 @@ from loadtests.markdown import table, write_section
 __all__ = ["main", "slope"]
 
 _ROLES = (
-    ("ingress", "ray::ServeReplica:specflip:SpecFlipIngress"),
+    ("router", "ray::ServeReplica:specflip:LLMRouter"),
     ("replica", "ray::ServeReplica:specflip:SpecFlipServer"),
     ("scheduler", "sglang::scheduler"),
     ("detokenizer", "sglang::detokenizer"),
