@@ -131,29 +131,51 @@ def run_local(
         _stop_haproxy(haproxy_dir)
 
 
+_HAPROXY_PICKED = "SPECFLIP_HAPROXY_PICKED"  # "<pid> <key> ...": what _haproxy_env set, and in which process
+_HAPROXY_KEYS = (
+    "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC",
+    "RAY_SERVE_HAPROXY_SOCKET_PATH",
+    "RAY_SERVE_HAPROXY_SERVER_STATE_BASE",
+    "RAY_SERVE_HAPROXY_SERVER_STATE_FILE",
+    "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH",
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
+)
+
+
 def _haproxy_env() -> str:
     """Serve's HAProxy for this app: its files in a folder of this process, its stats and metrics
     ports free ones (Ray's defaults are fixed paths and ports 8404/9101, which a second app on the
-    host, or an HAProxy orphaned by a killed one, would already hold). Set where not already set."""
+    host, or an HAProxy orphaned by a killed one, would already hold). What an operator set is
+    kept; what another app process picked (a sweep's or a test's launcher, whose environment a
+    launched `specflip serve` inherits) is picked anew, else the second HAProxy cannot bind."""
     import socket
 
+    picked = os.environ.get(_HAPROXY_PICKED, "").split()
+    if picked and picked[0] == str(os.getpid()):  # a second app in this process: the same ones
+        return os.path.dirname(os.environ[_HAPROXY_KEYS[0]])
+    for key in picked[1:]:
+        os.environ.pop(key, None)
     base = f"/tmp/haproxy-serve-{os.getpid()}"
     ports = []
     for _ in range(2):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
-    for key, value in {
-        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": f"{base}/haproxy.cfg",
-        "RAY_SERVE_HAPROXY_SOCKET_PATH": f"{base}/admin.sock",
-        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": base,
-        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": f"{base}/server-state",
-        "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": f"{base}/metrics.sock",
-        "RAY_SERVE_HAPROXY_STATS_PORT": str(ports[0]),
-        "RAY_SERVE_HAPROXY_METRICS_PORT": str(ports[1]),
-    }.items():
+    values = (
+        f"{base}/haproxy.cfg",
+        f"{base}/admin.sock",
+        base,
+        f"{base}/server-state",
+        f"{base}/metrics.sock",
+        str(ports[0]),
+        str(ports[1]),
+    )
+    unset = [key for key in _HAPROXY_KEYS if key not in os.environ]
+    for key, value in zip(_HAPROXY_KEYS, values, strict=True):
         os.environ.setdefault(key, value)
-    return os.path.dirname(os.environ["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"])
+    os.environ[_HAPROXY_PICKED] = " ".join([str(os.getpid()), *unset])
+    return os.path.dirname(os.environ[_HAPROXY_KEYS[0]])
 
 
 def _stop_haproxy(folder: str) -> None:

@@ -1,0 +1,61 @@
+"""Serve's HAProxy settings of a local app: each app process picks its own files and ports (an app
+launched by another app process, as the sweep and the tests do, must not inherit the launcher's
+ports: two HAProxies on one port and the second app never starts), and an operator's are kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from deployments import local
+
+PICKS = """
+import json, os
+from deployments import local
+local._haproxy_env()
+print(json.dumps({k: os.environ[k] for k in local._HAPROXY_KEYS}))
+"""
+
+
+@pytest.fixture
+def clean_env() -> Iterator[None]:
+    """No HAProxy settings at the start; this process's own ones (an app fixture's) back after."""
+    keys = (*local._HAPROXY_KEYS, local._HAPROXY_PICKED)
+    saved = {k: os.environ.pop(k) for k in keys if k in os.environ}
+    try:
+        yield
+    finally:
+        for k in keys:
+            os.environ.pop(k, None)
+        os.environ.update(saved)
+
+
+def _child_picks(env: dict[str, str]) -> dict[str, str]:
+    out = subprocess.run([sys.executable, "-c", PICKS], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def test_an_app_launched_by_an_app_process_picks_its_own_ports_and_folder(clean_env: None) -> None:
+    folder = local._haproxy_env()
+    mine = {k: os.environ[k] for k in local._HAPROXY_KEYS}
+    assert folder == f"/tmp/haproxy-serve-{os.getpid()}"
+    assert local._haproxy_env() == folder and {k: os.environ[k] for k in local._HAPROXY_KEYS} == mine
+    child = _child_picks(dict(os.environ))
+    assert child["RAY_SERVE_HAPROXY_STATS_PORT"] != mine["RAY_SERVE_HAPROXY_STATS_PORT"]
+    assert child["RAY_SERVE_HAPROXY_METRICS_PORT"] != mine["RAY_SERVE_HAPROXY_METRICS_PORT"]
+    assert child["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"] != mine["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"]
+    assert all(child[k] != mine[k] for k in local._HAPROXY_KEYS)
+
+
+def test_what_an_operator_set_is_kept_in_the_app_and_in_what_it_launches(clean_env: None) -> None:
+    os.environ["RAY_SERVE_HAPROXY_STATS_PORT"] = "18404"
+    local._haproxy_env()
+    assert os.environ["RAY_SERVE_HAPROXY_STATS_PORT"] == "18404"
+    child = _child_picks(dict(os.environ))
+    assert child["RAY_SERVE_HAPROXY_STATS_PORT"] == "18404"
+    assert child["RAY_SERVE_HAPROXY_METRICS_PORT"] != os.environ["RAY_SERVE_HAPROXY_METRICS_PORT"]
