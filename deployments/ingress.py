@@ -29,6 +29,7 @@ from deployments.config import SpecFlipConfig
 from deployments.control_routes import ControlRoutes
 from deployments.errors import error_response, fault_response, request_id_of, safe_stream
 from deployments.metrics import ingress_metrics, observe_stream, usage_tokens
+from deployments.openai_shape import shape_chat_response, shape_completion_response
 from deployments.ray_compat import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -142,9 +143,14 @@ class SpecFlipIngress(OpenAiIngress):
             )
             response.body_iterator = safe_stream(observed, request_id_of(request))
         elif isinstance(response, JSONResponse):
-            tokens = usage_tokens(_json_body(response))
+            payload = _json_body(response)
+            tokens = usage_tokens(payload)
             if tokens is not None:
                 self._metrics.output_tokens.labels(endpoint).inc(tokens)
+            shape = _SHAPES.get(str(payload.get("object")))
+            if response.status_code == 200 and shape is not None:  # OpenAI's response schema
+                headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+                return JSONResponse(shape(payload), headers=headers)
         return response
 
     async def model_data(self, model: str) -> Any:
@@ -180,6 +186,11 @@ class SpecFlipIngress(OpenAiIngress):
         return await self._control.metrics_text()
 
 
+# non-streamed answers as OpenAI's schema has them (Ray's models dump nulls it does not allow);
+# streamed chunks are built without them (deployments.server)
+_SHAPES = {"chat.completion": shape_chat_response, "text_completion": shape_completion_response}
+
+
 def _not_served(name: str) -> Response:
     path, why = NOT_SERVED[name]
     return error_response(404, f"{path} is not served: {why}")
@@ -195,7 +206,9 @@ def _client_error(err: Exception) -> JSONResponse | None:
     if isinstance(err, OpenAIHTTPException):
         return error_response(code, err.message, err.type)
     cause = getattr(err, "cause", None) or err  # RayTaskError(EngineInputError) from a replica
-    return error_response(code, (str(cause).splitlines() or ["invalid request"])[0][:500])
+    param = getattr(cause, "param", None)
+    message = (str(cause).splitlines() or ["invalid request"])[0][:500]
+    return error_response(code, message, param=param if isinstance(param, str) else None)
 
 
 def _stream_options_with_usage(body: Any) -> Any:

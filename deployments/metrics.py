@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 from deployments.sse import SseDecoder
 
 __all__ = [
+    "CLIENT_CLOSED",
     "CONTENT_TYPE",
     "ROUTED_FAMILY",
     "SERVED_FAMILY",
@@ -190,7 +191,9 @@ def endpoint_of(path: str) -> str | None:
 
 
 class RequestCountMiddleware:
-    """ASGI middleware: responses by endpoint and status, duration of successful ones."""
+    """ASGI middleware: responses by endpoint and status, duration of successful ones. A response
+    the client cut (it went away before the last byte) counts as status 499, nginx's "client
+    closed request": client churn is not a server error."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -205,22 +208,46 @@ class RequestCountMiddleware:
         if endpoint is None:
             await self.app(scope, receive, send)
             return
-        metrics, started, code = ingress_metrics(), time.monotonic(), [500]
+        metrics, started = ingress_metrics(), time.monotonic()
+        code: int | None = None
+        finished = gone = False
+
+        async def receive_watched() -> Message:
+            nonlocal gone
+            message = await receive()
+            gone = gone or message["type"] == "http.disconnect"
+            return message
 
         async def send_counted(message: Message) -> None:
+            nonlocal code, finished
             if message["type"] == "http.response.start":
-                code[0] = int(message["status"])
+                code = int(message["status"])
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
-                metrics.requests.labels(endpoint, str(code[0])).inc()
-                if code[0] < 400:
+                finished = True
+                metrics.requests.labels(endpoint, str(code)).inc()
+                if code is not None and code < 400:
                     metrics.duration.labels(endpoint).observe(time.monotonic() - started)
 
         try:
-            await self.app(scope, receive, send_counted)
-        except BaseException:
-            metrics.requests.labels(endpoint, "500").inc()
+            await self.app(scope, receive_watched, send_counted)
+        except BaseException as err:
+            if not finished:
+                cut = gone or _client_gone(err)
+                metrics.requests.labels(endpoint, CLIENT_CLOSED if cut else "500").inc()
             raise
+        if not finished:  # Starlette stopped a stream whose client went away
+            metrics.requests.labels(endpoint, CLIENT_CLOSED).inc()
+
+
+CLIENT_CLOSED = "499"
+
+
+def _client_gone(err: BaseException) -> bool:
+    """An error that says the client went away mid-response (not a fault of the server)."""
+    from starlette.requests import ClientDisconnect
+
+    return isinstance(err, ClientDisconnect | OSError)
 
 
 def _sse_events(packet: str) -> list[str]:

@@ -27,6 +27,10 @@ class PromptTooLarge(ValueError):
 
     status_code = 413
 
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
 
 def is_token_ids(prompt: Any) -> bool:
     """A list of token ids, or a non-empty list of such lists."""
@@ -48,7 +52,7 @@ def _check_caps(prompt: Any, limits: ModelLimits) -> None:
     if reason is None:
         reason = limits.too_many_token_ids("prompt", sum(len(p) for p in prompt if isinstance(p, list)))
     if reason is not None:
-        raise PromptTooLarge(reason)
+        raise PromptTooLarge(reason, param="prompt")
 
 
 def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:

@@ -27,6 +27,7 @@ SSE streaming, tokenize and `/v1/models` are inherited; on top:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import json
 import logging
@@ -153,7 +154,7 @@ class SpecFlipServer(SGLangServer):
         from deployments.metrics import ingress_metrics
 
         app = direct_app(self, self.config, self._llm_config)
-        app.add_middleware(_RoutingHeaders, server=self)
+        app.add_middleware(_ReplicaEdge, server=self)
         registry = ingress_metrics().registry
         self.loop.edge_metrics = lambda: list(registry.collect())
         return app
@@ -226,7 +227,21 @@ class SpecFlipServer(SGLangServer):
         kwargs: dict[str, Any] = super()._build_generate_kwargs(request, prompt, stream)
         if is_token_ids(prompt):  # OpenAI's token-id prompts, and text tokenized off the loop
             kwargs["input_ids"] = kwargs.pop("prompt")
+        rids = _REQUEST_RIDS.get()
+        if rids is not None:  # served over HTTP: ids the edge can abort if the client goes away
+            value = kwargs.get("input_ids", kwargs.get("prompt"))
+            batch = len(value) if isinstance(value, list) and value and not isinstance(value[0], int) else 0
+            ids = [uuid.uuid4().hex for _ in range(max(batch, 1))]
+            kwargs["rid"] = ids if batch else ids[0]
+            rids.extend(ids)
         return kwargs
+
+    def abort(self, rids: list[str]) -> None:
+        """Stop the engine requests `rids` that are still running (a client that went away)."""
+        manager = self.engine.tokenizer_manager
+        for rid in rids:
+            if rid in manager.rid_to_state:
+                manager.abort_request(rid)
 
     async def _engine_prompt(self, prompt: Any) -> Any:
         # raises PromptTooLarge (a 413) for text that cannot fit the context
@@ -236,7 +251,9 @@ class SpecFlipServer(SGLangServer):
         try:
             return str(super()._render_chat_prompt(*args, **kwargs))
         except TemplateError as err:  # the model's template refused these messages
-            raise EngineInputError(f"messages: the model's chat template refused them: {err}") from None
+            raise EngineInputError(
+                f"messages: the model's chat template refused them: {err}", param="messages"
+            ) from None
 
     async def _generate_raw(self, request: Any, prompt: Any) -> dict[str, Any]:
         prompt = await self._engine_prompt(prompt)
@@ -281,7 +298,8 @@ class SpecFlipServer(SGLangServer):
             message += (
                 f" (the input count includes {reserved} tokens speculative decoding reserves per request)"
             )
-        return EngineInputError(structured.explain_refusal(request, message)[:500])
+        explained, param = structured.explain_refusal(request, message)
+        return EngineInputError(explained[:500], param=param)
 
     async def chat(self, request: Any, raw_request_info: Any = None) -> AsyncGenerator[Any, None]:
         if structured.calls_tools(request):
@@ -392,8 +410,18 @@ class SpecFlipServer(SGLangServer):
         yield f"data: {json.dumps(chunk)}\n\n"
 
 
-class _RoutingHeaders:
-    """Direct data path: every response says which replica answered and the mode it ran."""
+# the engine request ids of the HTTP request being served (a list per request, shared by the tasks
+# its handler starts: a stream's reader task copies the context): what _ReplicaEdge aborts
+_REQUEST_RIDS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "specflip_rids", default=None
+)
+
+
+class _ReplicaEdge:
+    """Every response says which replica answered and the mode it ran; a response the client cut
+    (it went away mid-stream: uvicorn's send fails, Starlette raises ClientDisconnect and leaves the
+    stream's generators suspended, their reader task still pulling tokens) aborts its engine
+    requests here, at once, instead of when the garbage collector closes those generators."""
 
     def __init__(self, app: Any, server: SpecFlipServer) -> None:
         self.app, self.server = app, server
@@ -402,25 +430,38 @@ class _RoutingHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        rids: list[str] = []
+        finished = False
 
         async def send_with_headers(message: Any) -> None:
+            nonlocal finished
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 headers.append((b"x-specflip-replica", self.server.replica_id.encode()))
                 headers.append((b"x-specflip-mode", self.server.current_mode().encode()))
                 message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        token = _REQUEST_RIDS.set(rids)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            _REQUEST_RIDS.reset(token)
+            if rids and not finished:
+                self.server.abort(rids)
 
 
 class EngineInputError(ValueError):
-    """SGLang refused a request's input; the ingress answers 400 (`status_code`) with the message.
-
-    A plain ValueError subclass so it pickles across Ray (Ray's OpenAIHTTPException does not).
-    """
+    """SGLang refused a request's input; the handlers answer 400 (`status_code`) with the message
+    and `param`, the request field at fault (None where SGLang's message names none)."""
 
     status_code = 400
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 def _refusal(finish: Any) -> str | None:

@@ -242,19 +242,19 @@ def template_tools(request: Any) -> list[dict[str, Any]] | None:
     return [t.model_dump() for t in tools if named is None or t.function.name == named]
 
 
-def explain_refusal(request: Any, message: str) -> str:
-    """SGLang's refusal with the request field that carried it: a grammar ("Failed to compile
-    json grammar: ...") with that field in front; a request beyond the context restated with the
-    prompt's own token count (deployments.limits.explain_context_overflow), so the 400 names
-    what the client sent."""
+def explain_refusal(request: Any, message: str) -> tuple[str, str | None]:
+    """SGLang's refusal with the request field that carried it, and that field (None where SGLang
+    names none): a grammar ("Failed to compile json grammar: ...") with that field in front; a
+    request beyond the context restated with the prompt's own token count
+    (deployments.limits.explain_context_overflow), so the 400 names what the client sent."""
     field = "messages" if getattr(request, "messages", None) is not None else "prompt"
     restated = explain_context_overflow(message, field=field)
     if restated is not None:
-        return restated
+        return restated, field
     constraints = _constraints(request)
     if constraints and message.startswith("Failed to compile"):
-        return f"{constraints[0]}: {message}"
-    return message
+        return f"{constraints[0]}: {message}", constraints[0]
+    return message, None
 
 
 def sampling_params(request: Any) -> dict[str, Any]:

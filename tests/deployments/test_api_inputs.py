@@ -286,6 +286,7 @@ def test_the_context_error_counts_the_prompt_as_sent_and_names_the_field(
     message = error["message"]
     assert message.startswith(f"{field} is ") and "input messages" not in message, message
     assert "+ 900 + 4 reserved by speculative decoding" in message and "context of 2048" in message, message
+    assert error["param"] == field, error
     if tokens is not None:
         assert message.startswith(f"prompt is {tokens} tokens"), message
 

@@ -67,17 +67,74 @@ def test_the_generator_agrees_with_the_body_guard(model_pair: Any) -> None:
     assert len({(c.path, c.field) for c in UNSERVED}) == len(UNSERVED) >= 18
 
 
+# OpenAI's response schemas (CreateChatCompletionResponse, CreateCompletionResponse, their stream
+# chunks), as far as a body's shape goes: the properties they make nullable; every other null is a
+# deviation (issue 20: `message.tool_calls: null`, `usage.prompt_tokens_details: null`)
+_NULLABLE = {
+    "chat.completion": {"content", "refusal", "logprobs", "service_tier", "system_fingerprint", "audio"},
+    "text_completion": {"logprobs", "service_tier", "system_fingerprint"},
+    "chat.completion.chunk": {"content", "refusal", "logprobs", "finish_reason", "usage", "service_tier",
+                              "system_fingerprint"},
+}  # fmt: skip
+_NULLABLE["text_completion.chunk"] = _NULLABLE["text_completion"] | {"finish_reason", "usage"}
+
+
+def _nulls(value: Any, nullable: set[str], path: str = "") -> list[str]:
+    if isinstance(value, dict):
+        out = [f"{path}{k}" for k, v in value.items() if v is None and k not in nullable]
+        for k, v in value.items():
+            out += _nulls(v, nullable, f"{path}{k}.")
+        return out
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _nulls(v, nullable, f"{path}{i}.")]
+    return []
+
+
+def response_problems(body: dict[str, Any], *, streamed: bool) -> list[str]:
+    """How a 200 body (or one stream chunk) deviates from OpenAI's response schema; [] if it does not."""
+    kind = str(body.get("object"))
+    key = f"{kind}.chunk" if streamed and kind == "text_completion" else kind
+    if key not in _NULLABLE:
+        return [f"object {kind!r}"]
+    problems = _nulls(body, _NULLABLE[key])
+    for i, choice in enumerate(body.get("choices") or []):
+        if "logprobs" not in choice and not kind.endswith("chunk"):
+            problems.append(f"choices.{i}.logprobs missing")
+        message = choice.get("message")
+        if kind == "chat.completion":
+            if not isinstance(message, dict) or message.get("role") != "assistant":
+                problems.append(f"choices.{i}.message.role")
+            else:
+                problems += [
+                    f"choices.{i}.message.{k} missing" for k in ("content", "refusal") if k not in message
+                ]
+                if "tool_calls" in message and not message["tool_calls"]:
+                    problems.append(f"choices.{i}.message.tool_calls empty")
+    if not streamed or body.get("usage") is not None:
+        usage = body.get("usage") or {}
+        problems += [f"usage.{k}" for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+                     if not isinstance(usage.get(k), int)]  # fmt: skip
+    return problems
+
+
 def _send(app: LocalApp, case: Case) -> tuple[Case, int, dict[str, Any]]:
     r = app.client.post(case.path, case.body, timeout=300)
     if r.status_code == 200 and case.body.get("stream"):
         lines = [line for line in r.text.splitlines() if line.startswith("data: ")]
         assert lines and lines[-1] == "data: [DONE]", r.text[-300:]
-        errors = [json.loads(line[6:]) for line in lines[:-1] if '"error"' in line[:20]]
-        return case, (500 if errors else 200), errors[0] if errors else {}
+        chunks = [json.loads(line[6:]) for line in lines[:-1]]
+        errors = [c for c in chunks if "error" in c]
+        if errors:
+            return case, 500, errors[0]
+        problems = [p for c in chunks for p in response_problems(c, streamed=True)]
+        return case, 200, {"shape": problems} if problems else {}
     try:
         body = r.json()
     except ValueError:
         body = {"raw": r.text[:300]}
+    if r.status_code == 200:
+        problems = response_problems(body, streamed=False)
+        return case, 200, {"shape": problems, "body": body} if problems else body
     return case, r.status_code, body
 
 
@@ -109,6 +166,9 @@ def test_openai_valid_requests_are_served(app: LocalApp) -> None:
     )
     assert not [r for _, s, r in results if s >= 500], refused[:3]
     assert statuses[200] >= 0.95 * len(results), refused[:5]
+    # every answer in OpenAI's response schema (no null where it has none, `refusal` present)
+    off_schema = [(c.body, b) for c, s, b in results if s == 200 and b.get("shape")]
+    assert not off_schema, off_schema[:3]
     assert all(_names_a_field(b) for _, b in refused), refused[:5]
 
 
@@ -134,3 +194,20 @@ def test_the_app_is_healthy_after_the_conformance_run(app: LocalApp) -> None:
     assert len(replicas) == 2 and not any(r["stale"] for r in replicas)
     r = app.client.post("/v1/completions", {"model": MODEL, "prompt": "def", "max_tokens": 4}, timeout=300)
     assert r.status_code == 200
+
+
+def test_the_response_check_finds_what_ray_dumps_and_passes_the_shaped_body() -> None:
+    from deployments.openai_shape import shape_chat_response
+
+    dumped = {  # a chat answer as Ray's ChatCompletionResponse.model_dump() has it (issue 20)
+        "id": "x", "object": "chat.completion", "created": 1, "model": MODEL,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi", "tool_calls": None},
+                     "finish_reason": "stop", "logprobs": None}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2, "prompt_tokens_details": None},
+    }  # fmt: skip
+    assert set(response_problems(dumped, streamed=False)) == {
+        "choices.0.message.tool_calls",
+        "choices.0.message.refusal missing",
+        "usage.prompt_tokens_details",
+    }
+    assert response_problems(shape_chat_response(dumped), streamed=False) == []

@@ -305,3 +305,23 @@ def test_metrics_are_prometheus_text_with_request_latency_and_per_replica_series
         for mode in ("on", "off"):
             assert f'specflip_engine_decode_steps_total{{mode="{mode}",replica="{rid}"}}' in text, rid
         assert re.search(rf'specflip_engine_off_cuda_graphs{{reason="[^"]+",replica="{rid}"}} 0.0', text)
+
+
+def test_every_response_names_the_replica_and_its_mode_with_class_routing_off(app: LocalApp) -> None:
+    assert not app.config.class_routing  # this package's app: the headers come anyway
+    ids = {r["replica_id"] for r in app.client.replicas()}
+    responses = {
+        "chat": app.client.post("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+        "stream": app.client.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 2, "stream": True}),
+        "400": app.client.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": -1}),
+        "404": app.client.get("/v1/nope"),
+        "models": app.client.get("/v1/models"),
+        "status": app.client.get("/specflip/status"),
+        "metrics": app.client.get("/metrics"),
+    }  # fmt: skip
+    assert responses["chat"].status_code == responses["stream"].status_code == 200
+    assert responses["400"].status_code == 400 and responses["404"].status_code == 404
+    for name, r in responses.items():
+        assert r.headers.get("x-specflip-replica") in ids, (name, dict(r.headers))
+        assert r.headers.get("x-specflip-mode") in ("on", "off"), (name, dict(r.headers))
+    assert responses["chat"].headers["x-specflip-class"] in ("interactive", "batch")

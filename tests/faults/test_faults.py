@@ -42,8 +42,10 @@ def app(model_pair: Any) -> Iterator[LocalApp]:
         replicas={"tick_s": 0.25},
         serve={"control_token": TOKEN, "graceful_shutdown_s": 60},
     )
+    # logical CPUs with room for a third replica: Serve may place a replacement before the killed
+    # replica's placement group is gone (a CI run waited 240 s for one; cause not isolated)
     with run_local(
-        config, host="127.0.0.1", port=free_port(), num_cpus=4, worker_pythonpath=str(ROOT)
+        config, host="127.0.0.1", port=free_port(), num_cpus=6, worker_pythonpath=str(ROOT)
     ) as local:
         yield local
 
@@ -146,6 +148,17 @@ def _replica_pids() -> list[int]:
     return pids
 
 
+def _serve_replicas() -> str:
+    """Serve's own view of the app's replicas (states), for a failure message."""
+    from ray import serve
+
+    try:
+        app = serve.status().applications["specflip"]
+        return "; ".join(f"{name}: {d.replica_states}" for name, d in app.deployments.items())
+    except Exception as err:  # the status itself failing says something too
+        return f"serve.status() failed: {err!r}"
+
+
 def test_killing_one_replica_fails_only_its_in_flight_requests_and_the_policy_forgets_it(
     app: LocalApp,
 ) -> None:
@@ -159,6 +172,7 @@ def test_killing_one_replica_fails_only_its_in_flight_requests_and_the_policy_fo
         os.kill(pids[0], signal.SIGKILL)
 
     gone: dict[str, float] = {}
+    seen: list[dict[str, object]] = []  # the last status's replicas (said on a timeout)
     stale_sources: set[str] = set()  # what the status says of the dead replica while it is stale
 
     def recovered() -> None:
@@ -172,12 +186,20 @@ def test_killing_one_replica_fails_only_its_in_flight_requests_and_the_policy_fo
                 r["policy_source"] for r in replicas if r["stale"] and r["replica_id"] in old_ids
             )
             ids = {r["replica_id"] for r in replicas}
+            seen[:] = [
+                {k: r.get(k) for k in ("replica_id", "stale", "mode", "policy_source")} for r in replicas
+            ]
             for rid in old_ids - ids:
                 gone.setdefault(rid, time.monotonic())
             new = ids - old_ids
             return len(gone) == 1 and len(new) == 1 and len(ids) == 2
 
-        wait_until(replaced, 240, every_s=0.5, why="dead replica forgotten and a new one registered")
+        try:
+            wait_until(replaced, 240, every_s=0.5, why="dead replica forgotten and a new one registered")
+        except TimeoutError as err:
+            raise TimeoutError(
+                f"{err}; old {sorted(old_ids)}, last status {seen}, {_serve_replicas()}"
+            ) from None
 
     load, marks = _run(app, kill, recovered)
     phases = _report("replica kill", load, marks)
