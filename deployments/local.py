@@ -127,7 +127,11 @@ def run_local(
         finally:
             local.client.close()
     finally:
-        _shutdown(drain_s=config.serve.graceful_shutdown_s, policy_actor=config.policy.actor_name)
+        _shutdown(
+            drain_s=config.serve.graceful_shutdown_s,
+            policy_actor=config.policy.actor_name,
+            tick_s=config.replicas.tick_s,
+        )
         _stop_haproxy(haproxy_dir)
 
 
@@ -190,9 +194,34 @@ def _stop_haproxy(folder: str) -> None:
             continue
 
 
-def _shutdown(serve_timeout_s: float = 30.0, drain_s: float = 0.0, policy_actor: str | None = None) -> None:
-    """Delete the app first (its replicas and ingress finish their in-flight requests, streams
-    included, for up to `drain_s`), then the app's policy actor (detached: it outlives the app
+def drain(policy_actor: str, timeout_s: float, *, tick_s: float = 1.0) -> bool:
+    """Tell every replica, through the policy actor, to answer new generation requests 503 with
+    Retry-After (HAProxy would answer a plain-text 404 once the app is deleted), then wait until
+    no replica has a request running or waiting, at most `timeout_s`. Whether they all finished.
+    `tick_s`: how long a replica may take to see it (its next report)."""
+    import ray
+
+    actor = ray.get_actor(policy_actor, namespace=POLICY_NAMESPACE)
+    ray.get(actor.drain.remote(), timeout=10)
+    deadline = time.monotonic() + timeout_s
+    time.sleep(min(2 * tick_s, timeout_s))  # every replica reported since, and what it took before
+
+    def idle() -> bool:
+        status = ray.get(actor.status.remote(), timeout=10)
+        return all(r.running + r.waiting == 0 for r in status.replicas if not r.stale)
+
+    while not idle():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.25)
+    return True
+
+
+def _shutdown(
+    serve_timeout_s: float = 30.0, drain_s: float = 0.0, policy_actor: str | None = None, tick_s: float = 1.0
+) -> None:
+    """Drain the app first (`drain`: new requests 503, in-flight ones, streams included, finish,
+    for up to `drain_s`), delete it (Serve's own drain, short by then), then the app's policy actor (detached: it outlives the app
     otherwise, on a cluster that keeps running), then serve.shutdown; each bounded: a SIGTERM sent
     to our whole process group may have taken Ray's own processes down already, and Serve would
     then wait on them; ray.shutdown stops the rest."""
@@ -202,6 +231,9 @@ def _shutdown(serve_timeout_s: float = 30.0, drain_s: float = 0.0, policy_actor:
     from ray import serve
 
     def drain_then_stop() -> None:
+        if policy_actor is not None:
+            with contextlib.suppress(Exception):  # no actor, or Ray going down already
+                drain(policy_actor, drain_s, tick_s=tick_s)
         with contextlib.suppress(Exception):  # already gone, or Serve not reachable any more
             serve.delete(APP_NAME, _blocking=True)
         if policy_actor is not None:
@@ -213,5 +245,5 @@ def _shutdown(serve_timeout_s: float = 30.0, drain_s: float = 0.0, policy_actor:
 
     stopper = threading.Thread(target=drain_then_stop, name="serve-shutdown", daemon=True)
     stopper.start()
-    stopper.join(serve_timeout_s + drain_s)
+    stopper.join(serve_timeout_s + 2 * drain_s + 2 * tick_s)  # drain, then Serve's own (short by then)
     ray.shutdown()

@@ -43,6 +43,7 @@ from deployments import structured
 from deployments.coalesce import coalesce
 from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
 from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
+from deployments.errors import error_response
 from deployments.limits import limits_for
 from deployments.prompts import is_token_ids, tokenize_off_loop
 from deployments.ray_compat import (
@@ -164,6 +165,11 @@ class SpecFlipServer(SGLangServer):
         local_fallback), through a deployment handle: what /specflip/status cannot know of a
         replica that stopped reporting."""
         return self.loop.describe()
+
+    def draining(self) -> bool:
+        """The app is shutting down (the policy actor said so at this replica's last report)."""
+        decision = getattr(getattr(self, "loop", None), "last_decision", None)
+        return bool(decision is not None and decision.draining)
 
     def current_mode(self) -> str:
         """The mode new requests run here ("on" | "off"; "unknown" before the first state read)."""
@@ -417,11 +423,17 @@ _REQUEST_RIDS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar
 )
 
 
+_GENERATING = ("/v1/chat/completions", "/v1/completions")  # what a draining replica refuses
+DRAIN_RETRY_AFTER_S = 5
+
+
 class _ReplicaEdge:
-    """Every response says which replica answered and the mode it ran; a response the client cut
-    (it went away mid-stream: uvicorn's send fails, Starlette raises ClientDisconnect and leaves the
-    stream's generators suspended, their reader task still pulling tokens) aborts its engine
-    requests here, at once, instead of when the garbage collector closes those generators."""
+    """Every response says which replica answered and the mode it ran; while the app drains (it is
+    shutting down, deployments.local) new generation requests get an OpenAI-shaped 503 with
+    Retry-After while the streams in flight finish; a response the client cut (it went away
+    mid-stream: Starlette stops sending and leaves the stream's generators suspended, their reader
+    task still pulling tokens) aborts its engine requests here, at once, instead of when the
+    garbage collector closes those generators."""
 
     def __init__(self, app: Any, server: SpecFlipServer) -> None:
         self.app, self.server = app, server
@@ -444,6 +456,14 @@ class _ReplicaEdge:
                 finished = True
             await send(message)
 
+        if self.server.draining() and scope.get("path", "").endswith(_GENERATING):
+            refusal = error_response(
+                503,
+                "this app is shutting down: retry after Retry-After seconds",
+                headers={"Retry-After": str(DRAIN_RETRY_AFTER_S)},
+            )
+            await refusal(scope, receive, send_with_headers)
+            return
         token = _REQUEST_RIDS.set(rids)
         try:
             await self.app(scope, receive, send_with_headers)

@@ -72,13 +72,22 @@ class SpeculationPolicy:
         self._fleet = FleetView(config, started_at=clock(), restarted=restarted)
         self._metrics = PolicyMetrics(lambda: self._fleet.status(self._clock()))
         self._ticker: asyncio.Task[None] | None = None
+        self._draining = False
         if restarted:
             log.warning("policy actor restarted: rebuilding the fleet view from the next reports")
 
     async def report(self, obs: Observation) -> Decision:
-        """Register on first report; answer with the desired mode as of the last tick."""
+        """Register on first report; answer with the desired mode as of the last tick (and, once
+        `drain` was called, that the app is draining)."""
         self._ensure_ticking()
-        return self._fleet.report(obs, self._clock())
+        decision = self._fleet.report(obs, self._clock())
+        return replace(decision, draining=True) if self._draining else decision
+
+    async def drain(self) -> None:
+        """The app is shutting down: every replica answers new requests 503 (with Retry-After)
+        from its next report on, while its in-flight requests finish (deployments.local)."""
+        self._draining = True
+        log.info("draining: replicas refuse new requests from their next report")
 
     async def set_override(self, replica_id: str, override: Override) -> None:
         """Force a replica ON/OFF (AUTO clears). Raises UnknownReplicaError for an unknown id."""
@@ -271,7 +280,9 @@ class PolicyClient:
         self._failures, self._source, self._local = 0, source, None
         self._override = decision.override
         self._set_desired(decision.desired)
-        return ClientDecision(decision.desired, source, decision.reason, decision.overridden, 0)
+        return ClientDecision(
+            decision.desired, source, decision.reason, decision.overridden, 0, draining=decision.draining
+        )
 
     def _failed(self, obs: Observation, err: BaseException) -> ClientDecision:
         self._failures += 1

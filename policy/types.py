@@ -174,6 +174,7 @@ class Decision:
     reason: str
     tick: int  # the actor tick that produced it; 0 = registered, not yet decided
     override: Override = Override.AUTO  # the override in force (the client reports it back)
+    draining: bool = False  # the app is shutting down: new requests are answered 503
 
     @property
     def overridden(self) -> bool:
@@ -190,6 +191,7 @@ class ClientDecision:
     reason: str
     overridden: bool = False
     consecutive_failures: int = 0
+    draining: bool = False  # the app is shutting down (the actor said so): new requests get a 503
 
 
 @dataclass(frozen=True)

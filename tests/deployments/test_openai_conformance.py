@@ -207,6 +207,7 @@ def test_the_response_check_finds_what_ray_dumps_and_passes_the_shaped_body() ->
     }  # fmt: skip
     assert set(response_problems(dumped, streamed=False)) == {
         "choices.0.message.tool_calls",
+        "choices.0.message.tool_calls empty",
         "choices.0.message.refusal missing",
         "usage.prompt_tokens_details",
     }

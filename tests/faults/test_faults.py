@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deployments.config import POLICY_NAMESPACE
 from deployments.defaults import cpu_demo_config
-from deployments.local import LocalApp, run_local, wait_until
+from deployments.local import LocalApp, drain, run_local, wait_until
 from tests.deployments.conftest import MODEL, TOKEN, free_port
 from tests.faults.load import StreamingLoad
 from tests.reporting import report
@@ -260,11 +260,28 @@ def test_a_shutdown_lets_in_flight_streams_finish_with_done(app: LocalApp) -> No
     reader = threading.Thread(target=client)
     reader.start()
     assert first.wait(120), "no first chunk"
-    serve.delete("specflip", _blocking=True)  # graceful: replicas and the ingress drain first
+    # what `specflip serve` does on SIGTERM (deployments.local._shutdown): drain, then delete
+    drained: list[bool] = []
+    drainer = threading.Thread(
+        target=lambda: drained.append(drain(app.config.policy.actor_name, 120, tick_s=0.25))
+    )
+    drainer.start()
+    time.sleep(1.0)  # two replica ticks: every replica knows
+    refused = httpx.post(
+        f"{app.base}/v1/completions", json={**body, "stream": False, "max_tokens": 4}, timeout=30
+    )
+    assert refused.status_code == 503, refused.text
+    assert refused.headers.get("retry-after") == "5" and refused.headers.get("x-specflip-replica"), (
+        refused.headers
+    )
+    assert refused.json()["error"]["type"] == "ServiceUnavailable" and "shutting down" in refused.text
+    drainer.join(150)
+    assert drained == [True], "the stream in flight did not finish within the drain"
+    serve.delete("specflip", _blocking=True)  # Serve's own drain: nothing left in flight
     reader.join(300)
     assert events and events[-1] == "[DONE]", events[-3:]
     chunks = [json.loads(e) for e in events[:-1]]
     errors = [c for c in chunks if "error" in c]
     text_chunks = [c for c in chunks if c.get("choices")]
-    # finished whole, or (past the grace period) told so with an error event before [DONE]
-    assert errors or text_chunks[-1]["choices"][0]["finish_reason"] == "length", chunks[-2:]
+    # finished whole: the drain waited for it
+    assert not errors and text_chunks[-1]["choices"][0]["finish_reason"] == "length", chunks[-2:]

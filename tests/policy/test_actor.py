@@ -134,6 +134,20 @@ def test_operator_override_wins_until_cleared(ray_cluster: None) -> None:
     ray.kill(actor)
 
 
+def test_a_drain_reaches_every_replica_at_its_next_report_and_the_policy_still_decides(
+    ray_cluster: None,
+) -> None:
+    name = _name()
+    actor = get_or_create_policy_actor(name, CONFIG, namespace=NS)
+    clients = [PolicyClient(rid, name, CONFIG, namespace=NS, timeout_s=10) for rid in ("a", "b")]
+    assert not any(c.report(_obs(c.replica_id, 1, ON)).draining for c in clients)
+    ray.get(actor.drain.remote())
+    decisions = [c.report(_obs(c.replica_id, 1, ON)) for c in clients]
+    assert all(d.draining and d.source is DecisionSource.ACTOR for d in decisions), decisions
+    assert [d.desired for d in decisions] == [ON, ON]
+    ray.kill(actor)
+
+
 class SlowRestartPolicy(SpeculationPolicy):
     """Failure injection: after a restart, takes 4 s to come back (a node being replaced)."""
 
