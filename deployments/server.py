@@ -298,6 +298,8 @@ class SpecFlipServer(SGLangServer):
         """SGLang's refusal as a 400 naming the field where it can (deployments.structured); a
         context overflow says the count includes the tokens the speculative decoder reserves per
         request (SGLang adds them to the input silently)."""
+        if isinstance(err, EngineInputError):  # explained already (a refusal met inside the stream)
+            return err
         message = str(err).splitlines()[0][:500] if str(err) else "invalid request"
         reserved = int(getattr(self.engine.tokenizer_manager, "num_reserved_tokens", 0) or 0)
         if reserved and "context length" in message:
