@@ -121,7 +121,8 @@ class SpecFlipRouter(RequestRouter):
         # dict when a replica publishes new stats): parsing is most of a decision's cost
         self._parsed: dict[ReplicaID, tuple[Any, ReplicaStats | None]] = {}
         self._tree: Any = PrefixTree() if self.routing.prefix_affinity else None
-        self._holders: dict[str, frozenset[str]] = {}  # request id -> prefix holders its ranking saw
+        # request id -> prefix holders its ranking saw (oldest first: the ones never routed go first)
+        self._holders: OrderedDict[str, frozenset[str]] = OrderedDict()
         self._recorded: OrderedDict[str, bool] = OrderedDict()  # requests whose pick was recorded
         self._actor_name: str | None = kwargs.get("policy_actor")  # where routing counts go
         self._actor: Any = None
@@ -189,9 +190,9 @@ class SpecFlipRouter(RequestRouter):
             holders = []
         key = _request_key(pending)
         if key is not None:
-            if len(self._holders) > 4096:  # requests Serve never reported routed (cancelled)
-                self._holders.clear()
             self._holders[key] = frozenset(holders)
+            if len(self._holders) > 4096:  # requests Serve never reported routed (cancelled): the
+                self._holders.popitem(last=False)  # oldest goes, not every one in flight
         held = set(holders)
         return [i for i, t in enumerate(tags) if t in held]
 

@@ -32,17 +32,23 @@ async def _flip_midway(engine: Any, enabled: bool) -> None:
     flipped = False
     async for _ in stream:
         if not flipped:
-            engine.set_speculation(enabled)
+            await _set(engine, enabled)
             flipped = True
+
+
+async def _set(engine: Any, enabled: bool) -> None:
+    """A blocking round trip to the scheduler: in a thread, off the replica's event loop (which also
+    runs the engine's tokenizer manager and Serve's health checks)."""
+    await asyncio.to_thread(engine.set_speculation, enabled)
 
 
 async def warm_up(engine: Any, start_enabled: bool) -> float:
     """Run the warm-up; seconds it took. The engine ends in `start_enabled`'s mode."""
     started = time.monotonic()
     for enabled in (True, False):
-        engine.set_speculation(enabled)
+        await _set(engine, enabled)
         await asyncio.gather(_generate(engine, 64), _generate(engine, 7))
     await _flip_midway(engine, True)  # OFF -> ON while decoding: the resync
     await _flip_midway(engine, False)  # ON -> OFF while decoding
-    engine.set_speculation(start_enabled)
+    await _set(engine, start_enabled)
     return time.monotonic() - started

@@ -139,3 +139,24 @@ def test_a_failing_prefix_tree_never_fails_a_routing_decision() -> None:
         assert JOURNAL.pop("b2").prefix_hit is None  # type: ignore[union-attr]
 
     asyncio.run(run())
+
+
+def test_the_prefix_holders_of_requests_never_routed_are_dropped_oldest_first() -> None:
+    """Rankings Serve never followed by a pick (cancelled requests) are forgotten beyond 4,096, the
+    oldest first: a request still in flight keeps what its ranking saw (it used to lose it when
+    the table was cleared whole)."""
+    router, replica_id = standalone_request_router(SpecFlipRouter, routing={"affinity_max_gap": 4})
+    on_a, on_b, off_c = fleet = _fleet(replica_id, [SpecMode.ON, SpecMode.ON, SpecMode.OFF], [1, 2, 0])
+
+    async def run() -> None:
+        router.on_request_routed(_pending(SYSTEM + "seed", "interactive", "seed"), on_b.replica_id, None)
+        JOURNAL.pop("seed")
+        for i in range(4096):  # rankings without a pick
+            router.rank_candidates(fleet, _pending(SYSTEM + f"q{i}", "interactive", f"gone-{i}"))
+        live = _pending(SYSTEM + "the live one", "interactive", "live")
+        router.rank_candidates(fleet, live)
+        assert "live" in router._holders and "gone-0" not in router._holders and len(router._holders) == 4096
+        router.on_request_routed(live, on_b.replica_id, None)
+        assert JOURNAL.pop("live").prefix_hit is True  # type: ignore[union-attr]
+
+    asyncio.run(run())
