@@ -256,6 +256,12 @@ class ServeSettings(_Frozen):
         "process, which also runs the engine's tokenizer manager; Ray Serve LLM's default is 50); 0 "
         "sends every chunk alone.",
     )
+    request_report: bool = Field(
+        default=True,
+        description="Chat and completions responses carry `usage.specflip`: the speculation modes the "
+        "request ran under, its accept length (tokens per decode step) and whether the replica "
+        "flipped while it ran (docs/routing.md); false leaves OpenAI's usage fields alone.",
+    )
     control_token: str | None = Field(
         default=None,
         description="Bearer token for control endpoints; falls back to "

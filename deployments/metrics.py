@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -32,6 +32,9 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from deployments.sse import SseDecoder
+
+if TYPE_CHECKING:
+    from deployments.request_report import Report
 
 __all__ = [
     "CLIENT_CLOSED",
@@ -64,6 +67,9 @@ _ENDPOINTS = (
 # seconds; CPU engines are ~100x slower than GPU ones, so the range is wide
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.6, 1.2, 2.5)
+# tokens per decode step of one request; 1 is a request decoded OFF throughout
+_ACCEPT_BUCKETS = (1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 8)
+_REQUEST_MODES = ("on", "off", "both", "unknown")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -107,6 +113,20 @@ class IngressMetrics:
         self.output_tokens = Counter(
             PREFIX + "output_tokens", "Completion tokens returned", ["endpoint"], registry=r
         )
+        self.request_modes = Counter(
+            PREFIX + "request_modes",
+            "Chat and completions requests answered, by the speculation modes they ran under",
+            ["modes"],
+            registry=r,
+        )
+        for modes in _REQUEST_MODES:  # series exist from 0
+            self.request_modes.labels(modes)
+        self.request_accept_length = Histogram(
+            PREFIX + "request_accept_length",
+            "Requests decoded ON throughout: tokens per decode step (usage.specflip.accept_length)",
+            buckets=_ACCEPT_BUCKETS,
+            registry=r,
+        )
         r.register(_ServedCollector())
         self.policy_reachable = Gauge(
             PREFIX + "ingress_policy_reachable",
@@ -118,6 +138,13 @@ class IngressMetrics:
             "Times Ray restarted the policy actor, as of the ingress's last status/metrics call",
             registry=r,
         )
+
+    def observe_report(self, report: Report) -> None:
+        """A request answered by this replica (deployments.request_report), whether or not its
+        response carries the report (serve.request_report)."""
+        self.request_modes.labels(report.modes_label).inc()
+        if report.modes_label == "on" and report.accept_length is not None:
+            self.request_accept_length.observe(report.accept_length)
 
     def text(self) -> str:
         return generate_latest(self.registry).decode()

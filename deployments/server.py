@@ -17,7 +17,10 @@ SSE streaming, tokenize and `/v1/models` are inherited; on top:
 - structured output (`response_format`, `regex`, `ebnf`, `json_schema`, `logit_bias`,
   `stop_regex`) passed to SGLang, and tool calls (`tools` with `tool_choice` "required" or a
   named function) answered as OpenAI `tool_calls` (deployments.structured);
-- `stream_options.include_usage`: a final usage chunk on streams (OpenAI semantics);
+- `stream_options.include_usage`: a final usage chunk on streams (OpenAI semantics: the stream's
+  id, usage summed over a completions request's prompts);
+- `usage.specflip` on responses and usage chunks: the modes, accept length and flip of the request
+  (deployments.request_report; `serve.request_report`), counted in the replica's metrics;
 - streams coalesced per `serve.stream_batching_interval_ms` (deployments.coalesce): the first
   chunk at once, then one packet per window;
 - engine input errors (e.g. prompt + max_tokens beyond the context, a grammar that does not
@@ -52,6 +55,7 @@ from deployments.ray_compat import (
     init_sglang_server_without_engine,
 )
 from deployments.replica_loop import SpeculationLoop
+from deployments.request_report import Tally, chunk_id, with_report
 from deployments.warmup import warm_up
 
 __all__ = ["EngineInputError", "SpecFlipServer", "replica_id"]
@@ -86,14 +90,6 @@ def replica_id() -> str:
         return f"local-{os.getpid()}"
 
 
-class _Usage:
-    __slots__ = ("completion_tokens", "prompt_tokens")
-
-    def __init__(self) -> None:
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-
-
 class SpecFlipServer(SGLangServer):
     async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
         self,
@@ -104,7 +100,7 @@ class SpecFlipServer(SGLangServer):
     ) -> None:
         # SGLangServer.__init__ would build RayEngine: set what its methods use instead (ray_compat)
         init_sglang_server_without_engine(self, llm_config)
-        self._usage: dict[int, _Usage] = {}
+        self._tallies: dict[int, Tally] = {}  # by id(request): counts and modes of requests in flight
         self.config = config
         self._limits = limits_for(config)
         self.replica_id = replica_id()
@@ -264,27 +260,31 @@ class SpecFlipServer(SGLangServer):
     async def _generate_raw(self, request: Any, prompt: Any) -> dict[str, Any]:
         prompt = await self._engine_prompt(prompt)
         try:
-            return await super()._generate_raw(request, prompt)
+            raw = await super()._generate_raw(request, prompt)
         except ValueError as err:  # SGLang's own input checks (length, sampling params, grammars)
             raise self._bad_request(err, request) from None
+        tally = self._tallies.get(id(request))
+        if tally is not None:
+            for output in raw if isinstance(raw, list) else [raw]:
+                tally.add_output(output.get("meta_info") or {})
+        return raw
 
     async def _stream_generate(
         self, request: Any, prompt: Any
     ) -> AsyncGenerator[tuple[str, str | None], None]:
-        """Ray's loop (cumulative text -> deltas), keeping the token counts for a usage chunk."""
-        usage = self._usage.get(id(request))
+        """Ray's loop (cumulative text -> deltas), keeping the prompt's final counts for the usage
+        chunk (added to the request's: a completions request streams its prompts one after another)."""
+        tally = self._tallies.get(id(request))
         kwargs = self._build_generate_kwargs(request, await self._engine_prompt(prompt), stream=True)
         try:
             stream = await self.engine.async_generate(**kwargs)
         except ValueError as err:
             raise self._bad_request(err, request) from None
         previous = ""
+        meta: dict[str, Any] = {}  # the last chunk's meta_info
         try:
             async for chunk in stream:
                 text, meta = chunk.get("text", ""), chunk.get("meta_info", {}) or {}
-                if usage is not None:
-                    usage.prompt_tokens = int(meta.get("prompt_tokens", usage.prompt_tokens))
-                    usage.completion_tokens = int(meta.get("completion_tokens", usage.completion_tokens))
                 finish = meta.get("finish_reason")
                 refusal = None if previous else _refusal(finish)
                 if refusal is not None:  # e.g. a grammar that does not compile
@@ -293,6 +293,8 @@ class SpecFlipServer(SGLangServer):
                 yield delta, (self._parse_finish_reason(finish) if finish is not None else None)
         except ValueError as err:  # SGLang validates a streamed request on its first chunk
             raise self._bad_request(err, request) from None
+        if tally is not None:  # the last chunk's counts are the prompt's totals
+            tally.add_output(meta)
 
     def _bad_request(self, err: ValueError, request: Any) -> EngineInputError:
         """SGLang's refusal as a 400 naming the field where it can (deployments.structured); a
@@ -389,31 +391,43 @@ class SpecFlipServer(SGLangServer):
         async for batch in coalesce(items, window_s):
             yield batch
 
+    def _flips(self) -> int:
+        return int(getattr(getattr(self, "loop", None), "applied_flips", 0))
+
     async def _with_usage(
         self, request: Any, inner: AsyncGenerator[Any, None], object_type: str
     ) -> AsyncGenerator[Any, None]:
-        opts = getattr(request, "stream_options", None)
-        if not (request.stream and opts is not None and getattr(opts, "include_usage", False)):
-            async for item in inner:
-                yield item
-            return
-        usage = self._usage[id(request)] = _Usage()
+        """The request's report (deployments.request_report): on a non-streamed response's usage,
+        and on a stream's usage chunk (`stream_options.include_usage`), which carries the stream's id."""
+        tally = self._tallies[id(request)] = Tally(self.current_mode(), self._flips())
+        report_on = self.config.serve.request_report
+        stream_id = None
         try:
             async for item in inner:
+                tally.see(self.current_mode(), self._flips())
+                if isinstance(item, str):  # an SSE chunk of a stream
+                    stream_id = stream_id or chunk_id(item)
+                else:  # the whole response: generation is over
+                    report = tally.report()
+                    _count(report)
+                    item = with_report(item, report) if report_on else item
                 yield item
         finally:
-            self._usage.pop(id(request), None)
+            self._tallies.pop(id(request), None)
+        if not request.stream:
+            return
+        report = tally.report()
+        _count(report)
+        opts = getattr(request, "stream_options", None)
+        if opts is None or not getattr(opts, "include_usage", False):
+            return
         chunk = {
-            "id": f"sglang-gen-{uuid.uuid4().hex}",
+            "id": stream_id or f"sglang-gen-{uuid.uuid4().hex}",
             "object": object_type,
             "created": int(time.time()),
             "model": request.model,
             "choices": [],
-            "usage": {
-                "prompt_tokens": usage.prompt_tokens,
-                "completion_tokens": usage.completion_tokens,
-                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-            },
+            "usage": tally.usage(report if report_on else None),
         }
         yield f"data: {json.dumps(chunk)}\n\n"
 
@@ -484,6 +498,12 @@ class EngineInputError(ValueError):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+def _count(report: Any) -> None:
+    from deployments.metrics import ingress_metrics
+
+    ingress_metrics().observe_report(report)
 
 
 def _refusal(finish: Any) -> str | None:
