@@ -30,7 +30,6 @@ SSE streaming, tokenize and `/v1/models` are inherited; on top:
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import copy
 import json
 import logging
@@ -46,7 +45,6 @@ from deployments import structured
 from deployments.coalesce import coalesce
 from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
 from deployments.engine import EngineFactory, ReplicaEngine, build_specflip_engine
-from deployments.errors import error_response
 from deployments.limits import limits_for
 from deployments.prompts import is_token_ids, tokenize_off_loop
 from deployments.ray_compat import (
@@ -54,6 +52,7 @@ from deployments.ray_compat import (
     SGLangServer,
     init_sglang_server_without_engine,
 )
+from deployments.replica_edge import ReplicaEdge, request_rids
 from deployments.replica_loop import SpeculationLoop
 from deployments.request_report import Tally, chunk_id, with_report
 from deployments.warmup import warm_up
@@ -151,7 +150,7 @@ class SpecFlipServer(SGLangServer):
         from deployments.metrics import ingress_metrics
 
         app = direct_app(self, self.config, self._llm_config)
-        app.add_middleware(_ReplicaEdge, server=self)
+        app.add_middleware(ReplicaEdge, server=self)
         registry = ingress_metrics().registry
         self.loop.edge_metrics = lambda: list(registry.collect())
         return app
@@ -229,7 +228,7 @@ class SpecFlipServer(SGLangServer):
         kwargs: dict[str, Any] = super()._build_generate_kwargs(request, prompt, stream)
         if is_token_ids(prompt):  # OpenAI's token-id prompts, and text tokenized off the loop
             kwargs["input_ids"] = kwargs.pop("prompt")
-        rids = _REQUEST_RIDS.get()
+        rids = request_rids()
         if rids is not None:  # served over HTTP: ids the edge can abort if the client goes away
             value = kwargs.get("input_ids", kwargs.get("prompt"))
             batch = len(value) if isinstance(value, list) and value and not isinstance(value[0], int) else 0
@@ -430,63 +429,6 @@ class SpecFlipServer(SGLangServer):
             "usage": tally.usage(report if report_on else None),
         }
         yield f"data: {json.dumps(chunk)}\n\n"
-
-
-# the engine request ids of the HTTP request being served (a list per request, shared by the tasks
-# its handler starts: a stream's reader task copies the context): what _ReplicaEdge aborts
-_REQUEST_RIDS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
-    "specflip_rids", default=None
-)
-
-
-_GENERATING = ("/v1/chat/completions", "/v1/completions")  # what a draining replica refuses
-DRAIN_RETRY_AFTER_S = 5
-
-
-class _ReplicaEdge:
-    """Every response says which replica answered and the mode it ran; while the app drains (it is
-    shutting down, deployments.local) new generation requests get an OpenAI-shaped 503 with
-    Retry-After while the streams in flight finish; a response the client cut (it went away
-    mid-stream: Starlette stops sending and leaves the stream's generators suspended, their reader
-    task still pulling tokens) aborts its engine requests here, at once, instead of when the
-    garbage collector closes those generators."""
-
-    def __init__(self, app: Any, server: SpecFlipServer) -> None:
-        self.app, self.server = app, server
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        rids: list[str] = []
-        finished = False
-
-        async def send_with_headers(message: Any) -> None:
-            nonlocal finished
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers.append((b"x-specflip-replica", self.server.replica_id.encode()))
-                headers.append((b"x-specflip-mode", self.server.current_mode().encode()))
-                message = {**message, "headers": headers}
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                finished = True
-            await send(message)
-
-        if self.server.draining() and scope.get("path", "").endswith(_GENERATING):
-            refusal = error_response(
-                503,
-                "this app is shutting down: retry after Retry-After seconds",
-                headers={"Retry-After": str(DRAIN_RETRY_AFTER_S)},
-            )
-            await refusal(scope, receive, send_with_headers)
-            return
-        token = _REQUEST_RIDS.set(rids)
-        try:
-            await self.app(scope, receive, send_with_headers)
-        finally:
-            _REQUEST_RIDS.reset(token)
-            if rids and not finished:
-                self.server.abort(rids)
 
 
 class EngineInputError(ValueError):
