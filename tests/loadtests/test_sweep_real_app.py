@@ -77,7 +77,10 @@ def test_every_point_measured_with_exact_token_counts(sweep: tuple[Path, list[st
     for key, r in rows.items():
         assert r.ok > 0 and r.errors == 0, key
         assert r.chunk_counted == 0, f"{key}: the server sent no usage chunk (see loadtests/README.md)"
-        assert r.output_tok_s == pytest.approx(r.ok * 32 / r.duration_s, rel=1e-3), key  # ignore_eos honoured
+        # tokens are counted by arrival inside the window (loadtests.metrics): the requests that
+        # completed in it (32 tokens each, ignore_eos) give or take those running across its edges
+        edges = 2 * key[1] * 32
+        assert abs(r.output_tok_s * r.duration_s - r.ok * 32) <= edges, (key, r.output_tok_s, r.ok)
         assert r.ttft_p50_ms and r.tpot_p50_ms and r.ttft_p50_ms > 0 and r.tpot_p50_ms > 0
     for c in LEVELS:
         assert rows[("on", c)].spec_on_fraction == 1.0 and rows[("off", c)].spec_on_fraction == 0.0
