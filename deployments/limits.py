@@ -6,7 +6,7 @@ tokenizes it; a replica checks the same bounds before tokenizing (off its event 
 
 The caps bound a request as a whole, not per prompt: a completions body of 300 texts of 100 kB
 each fits the context prompt by prompt, but tokenizing all of it held a replica for 14-22 s and
-kept gigabytes of its memory (issue 20).
+kept gigabytes of its memory.
 
 The size bound is exact, not a guess: no token of the tokenizer covers more than
 `max_token_bytes` bytes of UTF-8 text, so a prompt of `n` bytes is at least
