@@ -28,6 +28,7 @@ __all__ = [
     "PrefixTree",
     "SGLangServer",
     "UnsupportedRayVersion",
+    "actor_record",
     "actor_restarts",
     "check_ray_version",
     "current_internal_request_id",
@@ -190,18 +191,23 @@ def strip_ray_error_and_cors_middleware(app: Any) -> None:
     app.user_middleware[:] = [m for m in app.user_middleware if not ray_owned(m)]
 
 
-# How often Ray restarted an actor: the GCS actor table's NumRestarts, read through Ray's
-# debugging accessor `ray._private.state.actors` (the public state API needs the dashboard).
-# Goes when ray.util.state works without the dashboard or actor handles expose it.
-def actor_restarts(handle: Any) -> int | None:
-    """Times Ray restarted the actor behind `handle` (None if the GCS does not say)."""
+# An actor's GCS record (its NumRestarts; its owner's address), read through Ray's debugging
+# accessor `ray._private.state.actors` (the public state API needs the dashboard). Goes when
+# ray.util.state works without the dashboard or actor handles expose it.
+def actor_record(handle: Any) -> dict[str, Any]:
+    """The GCS actor table's record of the actor behind `handle` ({} if the GCS does not say)."""
     from ray._private import state
 
     try:
         info = state.actors(handle._actor_id.hex())
     except Exception:  # noqa: BLE001 - a debugging accessor: any failure means "unknown"
-        return None
-    value = info.get("NumRestarts") if isinstance(info, dict) else None
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def actor_restarts(handle: Any) -> int | None:
+    """Times Ray restarted the actor behind `handle` (None if the GCS does not say)."""
+    value = actor_record(handle).get("NumRestarts")
     return int(value) if isinstance(value, int) else None
 
 

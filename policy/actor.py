@@ -9,7 +9,8 @@ periodic decision over the whole fleet. A replica's flip therefore lands within 
 actor tick plus one replica tick. The background task starts with the first call (also
 after a restart); `tick_now()` runs a tick on demand (operators, tests).
 
-Restarts. Create it with `get_or_create_policy_actor` (named, `max_restarts=-1`). A
+Restarts. Create it with `get_or_create_policy_actor` (named, `max_restarts=-1`, outside the
+creating replica's placement group, so that replica's death does not take it along). A
 restarted actor starts empty and rebuilds its view from the next reports: replicas
 re-register by reporting, and `Observation.mode_age_s` (filled in by PolicyClient)
 restores each replica's dwell. Operator overrides outlive a restart: each replica's
@@ -176,6 +177,11 @@ def get_or_create_policy_actor(
         max_restarts=-1,
         max_task_retries=0,  # a lost report is superseded by the replica's next tick
         num_cpus=num_cpus,
+        # never in the creator's placement group: a replica creates the actor, and Ray LLM's
+        # replica groups capture the actors created inside them; when that replica died, Serve
+        # removed its group, Ray killed the actor with it and never placed its restart
+        # (tests/policy/test_actor.py::test_the_actor_outlives_the_placement_group_...)
+        scheduling_strategy="DEFAULT",
     ).remote(config)
 
 

@@ -239,3 +239,34 @@ def test_an_operator_override_outlives_an_actor_restart(ray_cluster: None) -> No
     status = ray.get(actor.status.remote())
     assert status.restarted and status.replicas[0].override is Override.FORCE_OFF
     ray.kill(actor)
+
+
+@ray.remote
+class ReplicaStandIn:
+    """What creates the policy actor in the app: a Serve replica, which Ray LLM places in a
+    placement group that captures the actors it creates."""
+
+    def create(self, name: str) -> str:
+        actor = get_or_create_policy_actor(name, CONFIG, namespace=NS, detached=True)
+        return str(ray.get(actor.status.remote(), timeout=30).config.tick_s)
+
+
+def test_the_actor_outlives_the_placement_group_of_the_replica_that_created_it(ray_cluster: None) -> None:
+    # a CI run lost the policy for good: the replica that created it was killed, Serve removed that
+    # replica's placement group, Ray killed the actor in it and never placed its restart
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = placement_group([{"CPU": 1}], strategy="STRICT_PACK")
+    ray.get(group.ready(), timeout=60)
+    inside = PlacementGroupSchedulingStrategy(group, placement_group_capture_child_tasks=True)
+    replica = ReplicaStandIn.options(num_cpus=1, scheduling_strategy=inside).remote()  # type: ignore[attr-defined]
+    name = _name()
+    assert ray.get(replica.create.remote(name), timeout=60) == str(CONFIG.tick_s)
+    actor = ray.get_actor(name, namespace=NS)
+    ray.kill(replica)
+    remove_placement_group(group)  # what Serve does once the replica is dead
+    time.sleep(2.0)
+    decision = ray.get(actor.report.remote(_obs("r", 1, ON)), timeout=30)  # the same actor, alive
+    assert decision.replica_id == "r" and not ray.get(actor.status.remote(), timeout=30).restarted
+    ray.kill(actor, no_restart=True)
