@@ -5,9 +5,11 @@ fixed per-packet cost. On the H200 sweep (docs/benchmarks.md) the app topped out
 packets/s in all, whatever the mode: with one token per packet (speculation OFF) that capped
 two replicas at ~2,050 tok/s while their engines could do ~10x more. Coalescing sends the
 first packet at once (time to first token is untouched) and afterwards at most one packet per
-window holding everything generated meanwhile, as Ray Serve LLM's own server does (its
-`stream_batching_interval_ms`, 50 ms by default). Packets are lists of SSE strings; the
-OpenAI ingress joins a list into one HTTP write.
+window holding everything generated meanwhile, as Ray Serve LLM's own server batches (its
+`stream_batching_interval_ms`, 50 ms by default). Ray's own `Batcher`
+(ray.llm._internal.serve.utils.batcher) is not used: it waits a whole window before its first
+list too, which would add up to one window to every time to first token. Packets are lists of
+SSE strings; the OpenAI ingress joins a list into one HTTP write.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import enum
 import hmac
 from typing import Any, Literal
 
+from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import BaseModel, ConfigDict, Field
 
 from policy.types import STALE_SOURCE, EngineReport, FleetStatus, Override, ReplicaStatus
@@ -100,10 +101,10 @@ def check_bearer(authorization: str | None, token: str | None) -> AuthProblem | 
             "control endpoints are disabled: no control token is configured "
             "(set serve.control_token or SPECFLIP_CONTROL_TOKEN)",
         )
-    scheme, _, given = (authorization or "").strip().partition(" ")
-    if scheme.lower() != "bearer" or not given.strip():
+    scheme, given = get_authorization_scheme_param((authorization or "").strip())  # FastAPI's HTTPBearer's
+    if scheme.lower() != "bearer" or not given:
         return AuthProblem(401, "missing bearer token: send 'Authorization: Bearer <token>'")
-    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+    if not hmac.compare_digest(given.encode(), token.encode()):
         return AuthProblem(401, "wrong bearer token")
     return None
 

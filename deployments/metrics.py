@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
+    CONTENT_TYPE_PLAIN_0_0_4,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -50,7 +51,7 @@ __all__ = [
     "usage_tokens",
 ]
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # the text format generate_latest writes
 PREFIX = "specflip_"
 ROUTED_FAMILY = PREFIX + "routed_requests"  # routing decisions by class and the chosen replica's mode
 SERVED_FAMILY = PREFIX + "served_requests"  # requests a replica took, by class and its mode

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from deployments.engine import ReplicaEngine
+from patched_worker.errors import SpeculationRpcError
 from patched_worker.state import SpeculationState
 from policy.routing import ReplicaStats
 from policy.types import ClientDecision, ClientState, EngineReport, Observation, SpecMode
@@ -45,8 +45,7 @@ class PolicyReporter(Protocol):
 
 def _is_rpc_refusal(err: BaseException) -> bool:
     """The scheduler answered but refused (an engine without EAGLE): alive, not switchable."""
-    engine_mod = sys.modules.get("patched_worker.engine")
-    return engine_mod is not None and isinstance(err, engine_mod.SpeculationRpcError)
+    return isinstance(err, SpeculationRpcError)
 
 
 class SpeculationLoop:
