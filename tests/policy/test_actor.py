@@ -260,7 +260,7 @@ def test_the_actor_outlives_the_placement_group_of_the_replica_that_created_it(r
     group = placement_group([{"CPU": 1}], strategy="STRICT_PACK")
     ray.get(group.ready(), timeout=60)
     inside = PlacementGroupSchedulingStrategy(group, placement_group_capture_child_tasks=True)
-    replica = ReplicaStandIn.options(num_cpus=1, scheduling_strategy=inside).remote()  # type: ignore[attr-defined]
+    replica = ReplicaStandIn.options(num_cpus=1, scheduling_strategy=inside).remote()
     name = _name()
     assert ray.get(replica.create.remote(name), timeout=60) == str(CONFIG.tick_s)
     actor = ray.get_actor(name, namespace=NS)
