@@ -21,8 +21,9 @@ checked, a request with one output token has no TPOT and meets the TPOT SLO.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -79,9 +80,13 @@ def _ms(x: float | None) -> float | None:
     return None if x is None else x * 1000
 
 
+S = TypeVar("S", bound="Summary")
+
+
 @dataclass(frozen=True)
 class Summary:
-    """Aggregates of one window. Latencies in ms, rates per second."""
+    """Aggregates of one window. Latencies in ms, rates per second. The sweep's rows and the
+    raw-vs-app points are this record with what they were measured on (subclasses)."""
 
     requests: int
     ok: int
@@ -102,6 +107,13 @@ class Summary:
     e2e_p50_ms: float | None
     chunk_counted: int
     chunks_s: float = 0.0  # SSE token chunks the client took in per second (its per-event load)
+
+    @classmethod
+    def from_dict(cls: type[S], d: Mapping[str, Any]) -> S:
+        """The record from its `asdict` form (JSON, CSV); a field a file written before it
+        existed lacks is its default, else None."""
+        values = {f.name: d.get(f.name, None if f.default is MISSING else f.default) for f in fields(cls)}
+        return cls(**values)
 
 
 def summarize(records: Iterable[RequestRecord], start: float, end: float, slo: Slo) -> Summary:

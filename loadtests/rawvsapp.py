@@ -47,7 +47,7 @@ from loadtests.calibrate import load_ceiling
 from loadtests.config import LoadConfig
 from loadtests.launcher import CommandLauncher, Variant, VariantSpec, free_port
 from loadtests.locust_run import run_locust
-from loadtests.metrics import Slo, summarize
+from loadtests.metrics import Slo, Summary, summarize
 from loadtests.profiles import ProcessProfile, profiles_markdown, record, serving_processes
 from loadtests.rawvsapp_report import write_report
 from loadtests.referee import LogReferee, StatusReferee
@@ -59,27 +59,16 @@ _BIND_FAILED = "error while attempting to bind"
 CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
 
 
-@dataclass(frozen=True)
-class Point:
-    """One measured point of one target."""
+@dataclass(frozen=True, kw_only=True)
+class Point(Summary):
+    """One measured window of one target: its summary, with what it was measured on."""
 
     target: str  # raw, or the name of an app variant
     replicas: int  # engines behind the target (raw: 1)
     speculation: str  # on | off
     stream: bool
     concurrency: int
-    requests: int
-    errors: int
-    duration_s: float
-    output_tok_s: float
-    req_s: float
-    chunks_s: float
     client_load: float | None  # chunks/s over the client's calibrated ceiling (streaming only)
-    ttft_p50_ms: float | None
-    ttft_p99_ms: float | None
-    tpot_p50_ms: float | None
-    itl_p99_ms: float | None
-    e2e_p50_ms: float | None
     repeat: int = 0  # which consecutive window at this level (0, 1, ...)
     engine_tok_s: float | None = None  # the engine's own decode tok/s over the window (the referee)
     window_start: float = 0.0  # epoch seconds
@@ -216,8 +205,8 @@ class Bench:
         load = s.chunks_s / self.ceiling.chunks_s if (stream and self.ceiling) else None
         engine = referee.rate(w0, w0 + a.window) if referee is not None else None
         point = Point(
-            target, replicas, spec, stream, c, s.requests, s.errors, s.duration_s, s.output_tok_s, s.req_s, s.chunks_s,
-            load, s.ttft_p50_ms, s.ttft_p99_ms, s.tpot_p50_ms, s.itl_p99_ms, s.e2e_p50_ms, k, engine, w0,
+            **asdict(s), target=target, replicas=replicas, speculation=spec, stream=stream, concurrency=c,
+            client_load=load, repeat=k, engine_tok_s=engine, window_start=w0,
         )  # fmt: skip
         self.points.append(point)
         self.log(
@@ -480,12 +469,12 @@ def main(argv: list[str] | None = None) -> int:
         raise
     if args.merge:  # points (and client runs) of an earlier run on this host, e.g. its apps
         earlier = json.loads(args.merge.read_text())
-        bench.points[:0] = [Point(**p) for p in earlier["points"]]
+        bench.points[:0] = [Point.from_dict(p) for p in earlier["points"]]
         bench.client_runs[:0] = [ClientRun(**r) for r in earlier.get("client_runs", [])]
         bench.notes.append(f"points of {args.merge} (same host, earlier in the run) merged in")
     if args.reuse_raw:
         earlier = json.loads(args.reuse_raw.read_text())["points"]
-        bench.points += [Point(**p) for p in earlier if p["target"] == "raw"]
+        bench.points += [Point.from_dict(p) for p in earlier if p["target"] == "raw"]
         bench.notes.append(f"raw points reused from {args.reuse_raw} (same host, earlier in the run)")
     elif not args.no_raw:
         for s in specs:

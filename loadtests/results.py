@@ -32,32 +32,15 @@ __all__ = [
 STATIC = ("on", "off")
 
 
-@dataclass(frozen=True)
-class ResultRow:
-    """One point of the concurrency sweep. Latencies in ms, rates per second."""
+@dataclass(frozen=True, kw_only=True)
+class ResultRow(Summary):
+    """One point of the concurrency sweep: a window's summary, with the variant and concurrency it
+    was measured at and what the policy did meanwhile."""
 
     variant: str
     concurrency: int
-    requests: int
-    ok: int
-    errors: int
-    duration_s: float
-    output_tok_s: float
-    req_s: float
-    goodput_req_s: float
-    ttft_p50_ms: float | None
-    ttft_p90_ms: float | None
-    ttft_p99_ms: float | None
-    tpot_p50_ms: float | None
-    tpot_p90_ms: float | None
-    tpot_p99_ms: float | None
-    itl_p50_ms: float | None
-    itl_p99_ms: float | None
-    e2e_p50_ms: float | None
     mean_accept_length: float | None
     spec_on_fraction: float | None
-    chunk_counted: int
-    chunks_s: float = 0.0  # SSE token chunks the load generator took in per second
     client_load: float | None = None  # chunks_s over the generator's calibrated ceiling (None: uncalibrated)
 
     @classmethod
@@ -70,18 +53,18 @@ class ResultRow:
         on_fraction: float | None,
         ceiling_chunks_s: float | None = None,
     ) -> ResultRow:
-        d = {k: v for k, v in asdict(s).items() if k in {f.name for f in fields(cls)}}
         return cls(
+            **asdict(s),
             variant=variant,
             concurrency=concurrency,
             mean_accept_length=accept,
             spec_on_fraction=on_fraction,
             client_load=s.chunks_s / ceiling_chunks_s if ceiling_chunks_s else None,
-            **d,
         )
 
 
-CSV_COLUMNS = [f.name for f in fields(ResultRow)]
+_KEYS = ("variant", "concurrency")
+CSV_COLUMNS = [*_KEYS, *(f.name for f in fields(ResultRow) if f.name not in _KEYS)]
 
 
 def _cell(v: Any) -> str:
@@ -114,7 +97,7 @@ def read_results_csv(path: Path) -> list[ResultRow]:
                     d[k] = None
                 else:
                     d[k] = int(v) if t == "int" else float(v)
-            out.append(ResultRow(**d))
+            out.append(ResultRow.from_dict(d))
     return out
 
 
@@ -255,7 +238,7 @@ class SweepResults:
         trs = []
         for t in d.get("transitions", []):
             phases = [
-                PhaseResult(p["name"], p["start_s"], p["end_s"], p["users"], Summary(**p["summary"]))
+                PhaseResult(p["name"], p["start_s"], p["end_s"], p["users"], Summary.from_dict(p["summary"]))
                 for p in t["phases"]
             ]
             samples = [ReplicaSample(**s) for s in t["samples"]]
@@ -271,5 +254,9 @@ class SweepResults:
                 )
             )
         return cls(
-            d["settings"], [ResultRow(**r) for r in d["rows"]], trs, d.get("notes", []), d.get("failed", [])
+            d["settings"],
+            [ResultRow.from_dict(r) for r in d["rows"]],
+            trs,
+            d.get("notes", []),
+            d.get("failed", []),
         )

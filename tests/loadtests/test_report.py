@@ -20,6 +20,7 @@ from loadtests.results import (
     TransitionResult,
     ratios,
     read_results_csv,
+    write_results_csv,
 )
 
 TOK_S = {  # (variant, concurrency) -> output tok/s
@@ -37,7 +38,7 @@ TOK_S = {  # (variant, concurrency) -> output tok/s
 def row(variant: str, c: int) -> ResultRow:
     tok = TOK_S[(variant, c)]
     return ResultRow(
-        variant=variant, concurrency=c, requests=10 * c, ok=10 * c, errors=0, duration_s=20.0,
+        variant=variant, concurrency=c, requests=10 * c, ok=10 * c, errors=0, duration_s=20.0, output_tokens=int(20 * tok),
         output_tok_s=tok, req_s=tok / 100, goodput_req_s=tok / 200, ttft_p50_ms=10.0 * c, ttft_p90_ms=12.0 * c,
         ttft_p99_ms=15.0 * c, tpot_p50_ms=5.0 + c, tpot_p90_ms=6.0 + c, tpot_p99_ms=7.0 + c, itl_p50_ms=5.5,
         itl_p99_ms=9.0, e2e_p50_ms=700.0, mean_accept_length=2.5 if variant != "off" else None,
@@ -207,3 +208,42 @@ def test_json_round_trip_and_rebuild_from_json(written: tuple[Path, list[Path]])
     assert report_main([str(tmp_path)]) == 0
     assert (tmp_path / "report.md").read_text() == before
     assert report_main([str(tmp_path / "missing")]) == 2
+
+
+def test_rows_and_points_are_window_summaries_and_older_files_still_load(tmp_path: Path) -> None:
+    from dataclasses import asdict, fields
+
+    from loadtests.metrics import Summary
+    from loadtests.rawvsapp import Point
+
+    recs = [
+        RequestRecord(start=t, end=t + 0.5, ok=True, status=200, output_tokens=4, ttft=0.1, tpot=0.1,
+                      itl=(0.1, 0.1, 0.1), token_source="usage")
+        for t in range(9)
+    ]  # fmt: skip
+    s = summarize(recs, 0.0, 9.0, Slo())
+    row = ResultRow.from_summary("dynamic", 8, s, 2.5, 0.5)
+    point = Point(**asdict(s), target="raw", replicas=1, speculation="off", stream=True, concurrency=8,
+                  client_load=None, repeat=1, engine_tok_s=4.0, window_start=9.0)  # fmt: skip
+    summary_fields = {f.name for f in fields(Summary)}
+    for record in (row, point):  # every field of the window's summary, not a hand-picked subset
+        assert {k: v for k, v in asdict(record).items() if k in summary_fields} == asdict(s)
+    assert Point.from_dict(asdict(point)) == point and ResultRow.from_dict(asdict(row)) == row
+    # written before rows carried output_tokens (and points their p90s): absent fields read as None
+    old = {k: v for k, v in asdict(point).items() if k not in ("output_tokens", "ttft_p90_ms", "ok")}
+    back = Point.from_dict(old)
+    assert (back.output_tokens, back.ttft_p90_ms, back.ok) == (None, None, None)
+    assert (back.target, back.output_tok_s, back.repeat) == ("raw", point.output_tok_s, 1)
+    csv_path = tmp_path / "results.csv"
+    write_results_csv([row], csv_path)
+    header, line = csv_path.read_text().splitlines()
+    assert header.startswith("variant,concurrency,")  # the row's keys first, as before
+    kept = [i for i, name in enumerate(header.split(",")) if name != "output_tokens"]
+    csv_path.write_text(
+        ",".join(header.split(",")[i] for i in kept)
+        + "\n"
+        + ",".join(line.split(",")[i] for i in kept)
+        + "\n"
+    )
+    (old_row,) = read_results_csv(csv_path)
+    assert old_row.output_tokens is None and old_row.variant == "dynamic" and old_row.concurrency == 8
