@@ -39,6 +39,18 @@ from tests.reporting import report
 pytestmark = pytest.mark.engine
 
 PROMPT = "\n        Decimal('"  # a held-out-style code prompt whose next tokens are spread at T=1
+# the distribution test's prompt is the one of these both speculative engines accept drafts for most
+# often (a probe of its own, before the draws): which prompt that is depends on the built pair (one
+# build accepted nothing for PROMPT's first 3 tokens in the chain, 1.00 tokens per verify)
+CANDIDATES = (
+    PROMPT,
+    "\n        return self._",
+    "\n    for i in range(",
+    "\n        raise ValueError(",
+    "\n        self.assertEqual(",
+    "\n        if isinstance(",
+)
+PROBE = 100  # requests per candidate and engine
 TOP_K = 3
 TOKENS = 3
 N = 500  # samples per set
@@ -65,18 +77,23 @@ def _in_mode(engine, enabled: bool) -> None:
     engine.generate(input_ids=[[1, 2, 3]], sampling_params={"max_new_tokens": 4, "temperature": 0})
 
 
-def _draw(engine, enabled: bool | None) -> list[tuple[int, ...]]:
+def _per_verify(outs: list[dict]) -> float:
+    """Tokens per verify over the decode steps of first-TOKENS requests (1.0: no draft accepted)."""
+    return sum(TOKENS - 1 for _ in outs) / sum(o["meta_info"]["spec_verify_ct"] for o in outs)
+
+
+def _draw(engine, enabled: bool | None, prompt: str) -> list[tuple[int, ...]]:
     """N first-TOKENS samples in one batch; for a speculative engine only in the given mode (checked)."""
     if enabled is not None:
         _in_mode(engine, enabled)
         before = engine.get_speculation_state()
-    outs = engine.generate(prompt=[PROMPT] * N, sampling_params=SAMPLED)
+    outs = engine.generate(prompt=[prompt] * N, sampling_params=SAMPLED)
     if enabled is not None:
         after = engine.get_speculation_state()
         ran_on, ran_off = after.on_steps - before.on_steps, after.off_steps - before.off_steps
         assert (ran_on > 0 and ran_off == 0) if enabled else (ran_on == 0 and ran_off > 0)
     if enabled:  # drafts are accepted, so the sampled accept path runs (not only the bonus token)
-        per_verify = sum(TOKENS - 1 for _ in outs) / sum(o["meta_info"]["spec_verify_ct"] for o in outs)
+        per_verify = _per_verify(outs)
         report(f"sampling T=1 top_k={TOP_K}: {per_verify:.2f} tokens per verify (at most {TOKENS - 1} here)")
         assert per_verify > 1.1, f"{per_verify:.2f} tokens per verify: the drafts should be accepted at times"
     samples = [tuple(o["output_ids"][:TOKENS]) for o in outs]
@@ -84,15 +101,34 @@ def _draw(engine, enabled: bool | None) -> list[tuple[int, ...]]:
     return samples
 
 
+def _probe_prompt(tree, chain) -> str:
+    """The candidate whose drafts both engines accept most often (the lower of their rates)."""
+    rates = {}
+    for prompt in CANDIDATES:
+        rates[prompt] = min(
+            _per_verify(engine.generate(prompt=[prompt] * PROBE, sampling_params=SAMPLED))
+            for engine in (tree, chain)
+        )
+    best = max(CANDIDATES, key=lambda p: rates[p])
+    shown = ", ".join(f"{p.strip()!r} {r:.2f}" for p, r in rates.items())
+    report(
+        f"sampling T=1 top_k={TOP_K}: prompt {best.strip()!r} (lower tokens per verify of tree, chain: {shown})"
+    )
+    return best
+
+
 @pytest.fixture(scope="module")
 def samples(engines):
     tree, chain = engines.spec(*TREE), engines.spec(*CHAIN)
     try:
+        for engine in (tree, chain):
+            _in_mode(engine, True)
+        prompt = _probe_prompt(tree, chain)
         return {
-            "plain": _draw(engines.plain(), None),
-            "off": _draw(tree, False),
-            "on-tree": _draw(tree, True),
-            "on-chain": _draw(chain, True),
+            "plain": _draw(engines.plain(), None, prompt),
+            "off": _draw(tree, False, prompt),
+            "on-tree": _draw(tree, True, prompt),
+            "on-chain": _draw(chain, True, prompt),
         }
     finally:
         _in_mode(tree, True)  # the shared engines stay ON for the tests after this module
