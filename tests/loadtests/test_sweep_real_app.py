@@ -20,7 +20,7 @@ import matplotlib.image as mpimg
 import pytest
 import yaml
 
-from loadtests.results import read_results_csv
+from loadtests.results import SweepResults, read_results_csv
 from loadtests.sweep import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deployments" / "examples"
@@ -101,7 +101,12 @@ def test_transition_timeline_has_every_replica(sweep: tuple[Path, list[str], str
 def test_report_and_plots(sweep: tuple[Path, list[str], str]) -> None:
     out, variants, _ = sweep
     md = (out / "report.md").read_text()
-    rows = read_results_csv(out / "results.csv")
+    # the rows at full precision (results.json): the CSV's 6 significant digits round a second time
+    # (460.9500 -> "460.95" -> 460.9 where the report, from the same row, says 461.0)
+    rows = SweepResults.from_json((out / "results.json").read_text()).rows
+    assert [(r.variant, r.concurrency) for r in rows] == [
+        (r.variant, r.concurrency) for r in read_results_csv(out / "results.csv")
+    ]
     for r in rows:
         assert f"| {r.variant} | {r.concurrency} | {r.output_tok_s:.1f} |" in md
     assert "## Ratios" in md and all(f"| {c} | o" in md for c in LEVELS)
