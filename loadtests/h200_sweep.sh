@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
 shapes=models/shapes8b
 [ -f "$shapes/target-8b/tokenizer.json" ] ||
-  "$py" -m deployments models shapes --out "$shapes" --tokenizer-from "${TOKENIZER_FROM:-models/tiny/target}"
+  "$py" -m loadtests models shapes --out "$shapes" --tokenizer-from "${TOKENIZER_FROM:-models/tiny/target}"
 mkdir -p "$out"
 config="$out/config-acc$acc.yaml"
 "$py" - "$acc" "$config" <<'PY'
