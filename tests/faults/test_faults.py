@@ -170,7 +170,6 @@ def _policy_creator_first(app: LocalApp, pids: list[int]) -> list[int]:
     address): killing that one once took the actor along for good (tests/policy/test_actor.py)."""
     import ray
 
-    from deployments.config import POLICY_NAMESPACE
     from deployments.ray_compat import actor_record
 
     assert len(pids) == 2, pids
@@ -189,8 +188,6 @@ def _policy_creator_first(app: LocalApp, pids: list[int]) -> list[int]:
 def _actor_status(app: LocalApp) -> str:
     """The policy actor asked directly (not through the app's HTTP status), for a failure message."""
     import ray
-
-    from deployments.config import POLICY_NAMESPACE
 
     try:
         actor = ray.get_actor(app.config.policy.actor_name, namespace=POLICY_NAMESPACE)
