@@ -72,6 +72,7 @@ class Point(Summary):
     repeat: int = 0  # which consecutive window at this level (0, 1, ...)
     engine_tok_s: float | None = None  # the engine's own decode tok/s over the window (the referee)
     window_start: float = 0.0  # epoch seconds
+    engine_prompt_tokens: float | None = None  # prompt tokens per new request, as the engine saw them
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ class ClientRun:
     duration_s: float
     tpot_p50_ms: float | None
     ttft_p50_ms: float | None
+    engine_tokens: int | None = None  # decode tokens the engine's lines count over the run
+    engine_prompt_tokens: float | None = None  # prompt tokens per new request, as the engine saw them
 
 
 class _Profiler:
@@ -204,9 +207,11 @@ class Bench:
         s = summarize(records, w0, w0 + a.window, Slo(None, None))
         load = s.chunks_s / self.ceiling.chunks_s if (stream and self.ceiling) else None
         engine = referee.rate(w0, w0 + a.window) if referee is not None else None
+        prompt_tokens = getattr(referee, "prompt_tokens", None)  # the raw server's log has them
         point = Point(
             **asdict(s), target=target, replicas=replicas, speculation=spec, stream=stream, concurrency=c,
             client_load=load, repeat=k, engine_tok_s=engine, window_start=w0,
+            engine_prompt_tokens=prompt_tokens(w0, w0 + a.window) if prompt_tokens else None,
         )  # fmt: skip
         self.points.append(point)
         self.log(
@@ -216,19 +221,29 @@ class Bench:
             + (f", client at {load:.0%} of its ceiling" if load is not None else "")
         )
 
-    def run_sglang_client(self, url: str, referee: Any) -> None:
-        """SGLang's own benchmark client against the raw server at each `--sglang-client` level."""
+    def run_sglang_client(self, url: str, referee: LogReferee) -> None:
+        """SGLang's own benchmark client against the raw server at each `--sglang-client` level.
+
+        The workload matches Locust's as closely as its options allow: prompts sent as token ids
+        (`--backend sglang --tokenize-prompt`: as text, random ids re-tokenize to other lengths; on
+        the H200 with the tiny pair's tokenizer, 95-token prompts reached the engine as 656-665
+        tokens), output lengths uniform over Locust's range and prompt lengths over the same range
+        around `input_len` (its one range ratio draws both), ignore_eos (the sglang backend's default).
+        The engine's count is its decode tokens over the client's own duration; the report shows the
+        prompt tokens per request the engine saw from each client."""
         a = self.args
+        out_hi = round(a.output_len * (1 + a.output_spread))
+        in_hi = round(a.input_len * (1 + a.output_spread))
+        ratio = (1 - a.output_spread) / (1 + a.output_spread)
         for c in a.sglang_client:
             prompts = max(4 * c, int(c * a.window / 8))  # enough waves that ramp-up and tail are small
             out_file = self.out / f"sglang-client-c{c}.jsonl"
             cmd = [
-                sys.executable, "-m", "sglang.benchmark.serving", "--backend", "sglang-oai",
-                "--base-url", url, "--dataset-name", "random-ids", "--random-input-len", str(a.input_len),
-                "--random-output-len", str(a.output_len), "--random-range-ratio", f"{1 - a.output_spread:g}",
+                sys.executable, "-m", "sglang.benchmark.serving", "--backend", "sglang", "--tokenize-prompt",
+                "--base-url", url, "--dataset-name", "random-ids", "--random-input-len", str(in_hi),
+                "--random-output-len", str(out_hi), "--random-range-ratio", f"{ratio:g}",
                 "--num-prompts", str(prompts), "--max-concurrency", str(c), "--tokenizer", a.tokenizer or _model_path(a.config),
                 "--model", _model_id(a.config), "--output-file", str(out_file), "--disable-tqdm", "--seed", "1",
-                "--extra-request-body", json.dumps({"ignore_eos": True}),
             ]  # fmt: skip
             self.log(f"[rawvsapp] SGLang's client c={c}, {prompts} prompts ...")
             log = self.out / f"sglang-client-c{c}.log"
@@ -241,17 +256,18 @@ class Bench:
                 continue
             result = json.loads(out_file.read_text().splitlines()[-1])
             duration = float(result.get("duration") or 0.0)
-            # the decode lines from its launch to its exit: the server decodes only for this client
-            # then, and its start-up and exit (imports, writing results) add no line
-            engine = referee.rate(launched, end)
+            # the lines from its launch to its exit: the server decodes only for this client then
+            tokens = referee.tokens(launched, end)
             run = ClientRun(
-                "sglang.benchmark.serving", c, prompts, float(result.get("output_throughput") or 0.0), engine,
-                duration, result.get("median_tpot_ms"), result.get("median_ttft_ms"),
+                "sglang.benchmark.serving", c, prompts, float(result.get("output_throughput") or 0.0),
+                tokens / duration if tokens and duration > 0 else None, duration, result.get("median_tpot_ms"),
+                result.get("median_ttft_ms"), tokens, referee.prompt_tokens(launched, end),
             )  # fmt: skip
             self.client_runs.append(run)
             self.log(
-                f"[rawvsapp] SGLang's client c={c}: {run.output_tok_s:,.0f} tok/s (engine {engine or 0:,.0f}) "
-                f"over {duration:.1f} s, TPOT p50 {run.tpot_p50_ms or 0:.2f} ms"
+                f"[rawvsapp] SGLang's client c={c}: {run.output_tok_s:,.0f} tok/s (engine {run.engine_tok_s or 0:,.0f}) "
+                f"over {duration:.1f} s, TPOT p50 {run.tpot_p50_ms or 0:.2f} ms, "
+                f"prompts {run.engine_prompt_tokens or 0:.0f} tokens at the engine"
             )
             self.write()
 

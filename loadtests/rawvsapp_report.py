@@ -207,7 +207,7 @@ def _agreement(data: dict[str, Any]) -> list[str]:
         verdict = "agree" if ratio is not None and abs(ratio - 1) <= AGREE_GOAL else "disagree"
         body.append(
             [client, p["concurrency"], _f(p["output_tok_s"]), _f(p["engine_tok_s"]), _f(ratio, "{:.3f}"),
-             verdict, _f(p.get("tpot_p50_ms"), "{:.2f}")]
+             verdict, _f(p.get("tpot_p50_ms"), "{:.2f}"), _f(p.get("engine_prompt_tokens"))]
         )  # fmt: skip
     header = [
         "client",
@@ -217,14 +217,19 @@ def _agreement(data: dict[str, Any]) -> list[str]:
         "client/engine",
         f"within {AGREE_GOAL:.0%}",
         "TPOT p50 ms",
+        "prompt tokens/request (engine)",
     ]
     return [
         "",
         "## Clients against the engine's own count (raw server, speculation off)",
         "",
-        "Locust: the median window's token-window rate; SGLang's client: output tokens over its whole run "
-        "(first request to last end, ramp-up and tail included). Engine: the scheduler's decode-batch "
-        "`gen throughput` lines over the same span (first tokens, made by prefill, are not in it).",
+        "Locust: the median window's token-window rate; engine: the scheduler's decode-batch lines over "
+        "the same window, weighted by the time each covered. SGLang's client: output tokens over its "
+        "whole run (first request to last end, ramp-up and tail included); engine: the decode tokens "
+        "its lines count over the client's run, divided by the client's duration (a line's own time "
+        "base holds the server's idle gap before the run). First tokens, made by prefill, are in "
+        "neither engine count. Prompt tokens per request: the engine's prefill lines over the span "
+        "(which workload each client actually sent).",
         "",
         markdown_table(header, body),
     ]

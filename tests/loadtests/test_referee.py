@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.referee import LogReferee, decode_lines
+from loadtests.referee import LogReferee, decode_lines, prefill_lines
 
 LINES = """\
 [2026-12-01 10:00:01 TP0] Prefill batch, #new-seq: 4, #new-token: 512, #cached-token: 0
@@ -57,3 +57,41 @@ def test_rate_over_a_window(tmp_path: Path, start: str, end: str, rate: float | 
     log.write_text(LINES)
     got = LogReferee(log).rate(_t(start) + 0.4, _t(end) + 0.4)
     assert got == (None if rate is None else pytest.approx(rate))
+
+
+# A client run that starts after the server idled (as SGLang's client's runs did on the H200): the
+# warm-up request's line at 10:00:00, then 5 s idle, then the run from 10:00:05 to 10:00:08. The
+# first line of the run reports its 40 steps over the time since the warm-up line, idle included.
+AFTER_IDLE = """\
+[2026-12-01 10:00:00] Decode batch, #running-req: 1, #token: 90, cuda graph: True, gen throughput (token/s): 80.00, #q
+[2026-12-01 10:00:05] Prefill batch, #new-seq: 64, #new-token: 8192, #cached-token: 0, token usage: 0.01
+[2026-12-01 10:00:05] Prefill batch, #new-seq: 64, #new-token: 4096, #cached-token: 4096, token usage: 0.01
+[2026-12-01 10:00:06] Decode batch, #running-req: 128, #token: 9, cuda graph: True, gen throughput (token/s): 900.00, #q
+[2026-12-01 10:00:07] Decode batch, #running-req: 128, #token: 9, cuda graph: True, gen throughput (token/s): 10240.00, #q
+[2026-12-01 10:00:08] Decode batch, #running-req: 128, #token: 9, cuda graph: True, gen throughput (token/s): 10240.00, #q
+"""
+
+
+def test_a_run_after_idle_is_refereed_by_its_tokens_over_the_clients_duration(tmp_path: Path) -> None:
+    log = tmp_path / "raw.log"
+    log.write_text(AFTER_IDLE)
+    referee = LogReferee(log)
+    start, end = _t("10:00:04") + 0.5, _t("10:00:08") + 0.9  # the client's launch .. exit
+    tokens = referee.tokens(start, end)
+    assert tokens == 40 * 128 * 3  # three lines of 40 steps of 128 requests; the warm-up is before it
+    duration = 3.0  # what the client measured, first request to last end
+    # the lines' own time base (those stamped before the end's whole second): the first one holds the
+    # idle gap (40 x 128 / 900 = 5.7 s), so the rate reads 1.7k tok/s where the run made 5.1k
+    assert referee.rate(start, end) == pytest.approx(2 / (1 / 900 + 1 / 10240))
+    assert tokens / duration == pytest.approx(5120.0)
+    assert referee.rate(start, end) < 0.5 * tokens / duration
+
+
+def test_prompt_tokens_per_request_read_from_the_prefill_lines(tmp_path: Path) -> None:
+    assert prefill_lines(AFTER_IDLE) == [(_t("10:00:05"), 64, 8192), (_t("10:00:05"), 64, 8192)]
+    log = tmp_path / "raw.log"
+    log.write_text(AFTER_IDLE)
+    referee = LogReferee(log)
+    assert referee.prompt_tokens(_t("10:00:04"), _t("10:00:09")) == pytest.approx(128.0)  # new + cached
+    assert referee.prompt_tokens(_t("10:00:06"), _t("10:00:09")) is None  # no prefill line there
+    assert referee.tokens(_t("10:00:09"), _t("10:00:10")) is None

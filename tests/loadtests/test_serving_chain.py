@@ -70,6 +70,11 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
         assert p["engine_tok_s"] is not None and p["engine_tok_s"] > 0, p  # the referee saw every window
     (client,) = data["client_runs"]
     assert client["concurrency"] == 2 and client["output_tok_s"] > 0 and client["engine_tok_s"] > 0
+    assert client["engine_tokens"] > 0
+    # SGLang's client sends token ids, prompt lengths drawn from [64, 192] (128 x [0.5, 1.5]): the engine
+    # sees those lengths, not text re-tokenized to other lengths
+    assert 64 <= client["engine_prompt_tokens"] <= 192, client
+    assert all(p["engine_prompt_tokens"] > 0 for p in points if p["target"] == "raw"), points
 
     report = (results / "rawvsapp" / "report.md").read_text()
     for line in (
@@ -81,6 +86,7 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
         "- app: ON/OFF at c=1 within 5% of raw's:",
         "## Clients against the engine's own count (raw server, speculation off)",
         "| sglang.benchmark.serving | 2 |",
+        "prompt tokens/request (engine) |",
         "| Locust (loadtests.users) | 2 |",
         ", 2 windows)",  # the repeated level shows its spread
         "the raw servers were started with the app and idled beside it",
