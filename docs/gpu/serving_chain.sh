@@ -20,6 +20,10 @@
 #   CHAIN_TOKENIZER tokenizer folder for the 8B shapes (default /tmp/persist/tok)
 #   CHAIN_RAWVSAPP  extra arguments of loadtests.rawvsapp, replacing the default levels and windows
 #   CHAIN_ENV_SH    a file to source first (default: the bundle's .gpu-bundle/device/env.sh, if present)
+#   CHAIN_JIT       kernels compiled on an earlier host (default .gpu-jit: flashinfer-cache.tgz,
+#                   tvmffi-cache.tgz; carry it with the last part): unpacked before the first engine
+#                   starts, so a fresh host skips flashinfer's ~4-minute JIT. The chain packs the
+#                   host's own caches into $CHAIN_RESULTS/jit at the end; serving_poll.sh copies them to $OUT.
 set -u
 cd "$1" || exit 2
 R=${CHAIN_RESULTS:-/tmp/persist/results/serving}
@@ -42,6 +46,14 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export SPECFLIP_CONTROL_TOKEN=${SPECFLIP_CONTROL_TOKEN:-chain}
 [ -d /tmp/site/bin ] && export PATH=/tmp/site/bin:$PATH
 log() { echo "[chain $(date +%H:%M:%S)] $*" | tee -a "$R/progress.log"; }
+JIT=${CHAIN_JIT:-.gpu-jit}
+FI_CACHE=$HOME/.cache/flashinfer
+if [ -f "$JIT/flashinfer-cache.tgz" ] && [ ! -d "$FI_CACHE" ]; then
+  mkdir -p "$HOME/.cache" && tar xzf "$JIT/flashinfer-cache.tgz" -C "$HOME/.cache" && log "flashinfer JIT cache unpacked from $JIT"
+fi
+if [ -f "$JIT/tvmffi-cache.tgz" ] && [ -n "${TVM_FFI_CACHE_DIR:-}" ] && [ -z "$(ls -A "$TVM_FFI_CACHE_DIR" 2> /dev/null)" ]; then
+  mkdir -p "$TVM_FFI_CACHE_DIR" && tar xzf "$JIT/tvmffi-cache.tgz" --strip-components=1 -C "$TVM_FFI_CACHE_DIR" && log "tvm-ffi cache unpacked from $JIT"
+fi
 
 # step NAME COMMAND...: skipped when NAME.done exists; otherwise its folder starts clean
 step() {
@@ -70,4 +82,10 @@ if [ ! -f "$model_dir/config.json" ]; then
 fi
 # shellcheck disable=SC2086  # ARGS is a list of words
 step rawvsapp python3 -m loadtests.rawvsapp --config "$CONFIG" --out "$R/rawvsapp" $ARGS || exit 1
+# this host's compiled kernels, for the next fresh host (see CHAIN_JIT)
+if [ -d "$FI_CACHE" ]; then
+  mkdir -p "$R/jit" && tar czf "$R/jit/flashinfer-cache.tgz" -C "$(dirname "$FI_CACHE")" flashinfer
+  [ -n "${TVM_FFI_CACHE_DIR:-}" ] && [ -d "$TVM_FFI_CACHE_DIR" ] && tar czf "$R/jit/tvmffi-cache.tgz" -C "$(dirname "$TVM_FFI_CACHE_DIR")" "$(basename "$TVM_FFI_CACHE_DIR")"
+  log "JIT caches packed into $R/jit"
+fi
 log "all done: $R/rawvsapp/report.md"
