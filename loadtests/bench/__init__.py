@@ -4,6 +4,7 @@ results to a folder). Tooling: they import the product, nothing in serving impor
 - `policy_tick`: `rules.decide` time over a 1000-replica fleet (`python -m loadtests.bench.policy_tick`);
 - `policy_sim`: the fleet simulator's static vs dynamic comparison, docs/policy_sim.md and plots;
 - `off_cost`: an EAGLE-3 engine held OFF vs a plain engine on a GPU;
+- `step_costs`: fits the goodput rule's step-time priors on this host and writes them into a config;
 - `engine_arrivals`: plain vs specflip OFF/ON engines under closed-loop arrivals, in process (GPU or CPU);
 - `recovery`: acceptance after a re-enable, per draft strategy (CPU);
 - `accept_length`: a model pair's accept length on the real engine (`specflip models eval`);

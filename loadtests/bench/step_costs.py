@@ -1,0 +1,206 @@
+"""Fit the goodput rule's step-time priors on this host instead of typing them in.
+
+    python -m loadtests.bench.step_costs --config deployments/examples/h200-dummy8b-serving.yaml \\
+        --batches 1,8,32,64,128,256 --out out/step_costs --write-config my-fitted.yaml
+
+The goodput rule predicts each mode's tok/s from a step-time line per mode, `base + per_req * batch`
+seconds (`policy` settings `on_step_base_s`, `on_step_per_req_s`, `off_step_base_s`,
+`off_step_per_req_s`), fitted online from each replica's reports on top of these priors. This runs
+the specflip engine of a config in process (`replicas.env` set first, e.g. the simulated acceptance)
+with `b` closed-loop users at each batch size, ON and then OFF (the config's draft strategy), and
+reads the engine's own steady-decode counters (`decode_seconds`, `decode_steps`, `decode_requests`:
+steps right after a prefill left out, as the replica reports them to the policy): step time and mean
+batch per level. A least-squares line per mode gives the priors; `--write-config` writes a copy of
+the config with them (YAML comments are not kept). The report also puts the crossover the fitted
+lines predict (`policy.costmodel.crossover_batch`, at the measured accept length) beside the one
+measured at the same time: the first batch at which OFF's output tok/s reaches ON's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loadtests.bench.engine_arrivals import closed_loop, make_requests
+
+__all__ = ["fit_line", "main", "measured_crossover"]
+
+KEYS = ("on_step_base_s", "on_step_per_req_s", "off_step_base_s", "off_step_per_req_s")
+
+
+def log(msg: str) -> None:
+    print(f"[step-costs {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(base, per_req) of the least-squares line through (batch, step seconds); per_req >= 0 (a step
+    never gets cheaper with more requests) and base > 0 (the policy's settings require it)."""
+    if not points:
+        raise ValueError("no points to fit")
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = max(0.0, sum((x - mx) * (y - my) for x, y in points) / sxx) if sxx > 0 else 0.0
+    return max(my - slope * mx, 1e-6), slope
+
+
+def measured_crossover(levels: list[dict[str, Any]]) -> float | None:
+    """The batch where OFF's tok/s reaches ON's, interpolated between the measured levels (linear in
+    the OFF/ON ratio); None when ON stays faster at every level, the first batch when OFF is never slower."""
+    rows = sorted((r["batch"], r["off_tok_s"] / r["on_tok_s"]) for r in levels if r["on_tok_s"] > 0)
+    for (b0, r0), (b1, r1) in zip(rows, rows[1:], strict=False):
+        if r0 < 1 <= r1:
+            return b0 + (1 - r0) * (b1 - b0) / (r1 - r0)
+    if rows and rows[0][1] >= 1:
+        return float(rows[0][0])
+    return None
+
+
+def _level(engine: Any, batch: int, per_user: int, input_len: int, output_len: int, vocab: int) -> dict:
+    requests = make_requests(batch, per_user, input_len, output_len, 0.25, vocab, seed=batch)
+    closed_loop(engine, [(ids, 4) for ids, _ in requests[:batch]], batch)  # warm-up at this batch size
+    s0 = engine.get_speculation_state()
+    outputs, seconds = closed_loop(engine, requests, batch)
+    s1 = engine.get_speculation_state()
+    steps = s1.decode_steps - s0.decode_steps
+    return {
+        "tok_s": sum(len(o) for o in outputs) / seconds,
+        "step_s": (s1.decode_seconds - s0.decode_seconds) / steps if steps else math.nan,
+        "mean_batch": (s1.decode_requests - s0.decode_requests) / steps if steps else math.nan,
+        "steps": steps,
+        "accept_length": s1.accept_length_ema,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m loadtests.bench.step_costs", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--config", type=Path, required=True, help="specflip config (engine arguments, policy)")
+    p.add_argument("--batches", default="1,8,32,64,128")
+    p.add_argument("--requests-per-user", type=int, default=2)
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--out", type=Path, default=Path("out/step_costs"))
+    p.add_argument("--write-config", type=Path, help="write a copy of --config with the fitted priors here")
+    a = p.parse_args(argv)
+    batches = sorted({int(x) for x in a.batches.split(",") if x.strip()})
+    if len(batches) < 2 or batches[0] < 1:
+        print("step_costs: --batches needs two or more sizes >= 1", file=sys.stderr)
+        return 2
+
+    from deployments.config import Device, load_config
+
+    config = load_config(str(a.config))
+    if not config.model.draft_path:
+        print(
+            "step_costs: the config has no draft model (model.draft_path): nothing to fit ON", file=sys.stderr
+        )
+        return 2
+    os.environ.update(config.replicas.env)
+    if config.engine.device is Device.CPU:
+        from loadtests.rawvsapp import CPU_ENV
+        from patched_worker.cpu.shim import enable
+
+        os.environ.update(CPU_ENV)
+        enable()
+    from transformers import AutoConfig
+
+    from deployments.engine import engine_kwargs
+    from patched_worker.engine import SpecFlipEngine
+
+    vocab = int(AutoConfig.from_pretrained(config.model.path).vocab_size)
+    log(f"specflip engine: starting ({config.model.path})")
+    engine = SpecFlipEngine(
+        switch=config.speculation.switch_config(), **{**engine_kwargs(config), "skip_tokenizer_init": True}
+    )
+    measured: dict[str, dict[int, dict]] = {"on": {}, "off": {}}
+    try:
+        for mode in ("on", "off"):
+            engine.set_speculation(mode == "on")
+            for b in batches:
+                r = _level(engine, b, a.requests_per_user, a.input_len, a.output_len, vocab)
+                measured[mode][b] = r
+                log(
+                    f"{mode} batch {b}: step {r['step_s'] * 1e3:.2f} ms at mean batch {r['mean_batch']:.1f} "
+                    f"over {r['steps']} steps, {r['tok_s']:,.0f} tok/s"
+                )
+    finally:
+        engine.shutdown()
+
+    fitted: dict[str, float] = {}
+    for mode in ("on", "off"):
+        pts = [(r["mean_batch"], r["step_s"]) for r in measured[mode].values() if r["steps"] > 0]
+        fitted[f"{mode}_step_base_s"], fitted[f"{mode}_step_per_req_s"] = fit_line(pts)
+    accept = next((r["accept_length"] for r in reversed(measured["on"].values()) if r["accept_length"]), None)
+    write(a, config, batches, measured, fitted, accept)
+    return 0
+
+
+def write(
+    a: argparse.Namespace, config: Any, batches: list[int], measured: dict, fitted: dict, accept: float | None
+) -> None:
+    import numpy as np
+
+    from policy.costmodel import crossover_batch
+
+    prior = config.policy.to_policy_config(batch_cap=config.engine.max_running_requests)
+    new = dataclasses.replace(prior, **fitted)
+    acc = np.array([accept if accept is not None else math.nan])
+    predicted = float(crossover_batch(new, acc)[0])
+    levels = [
+        {"batch": b, "on_tok_s": measured["on"][b]["tok_s"], "off_tok_s": measured["off"][b]["tok_s"]}
+        for b in batches
+    ]
+    found = measured_crossover(levels)
+    results = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"), "config": str(a.config), "batches": batches,
+        "measured": {m: {str(b): r for b, r in rows.items()} for m, rows in measured.items()},
+        "fitted": fitted, "configured": {k: getattr(prior, k) for k in KEYS}, "accept_length": accept,
+        "crossover_predicted": predicted, "crossover_measured": found,
+    }  # fmt: skip
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "results.json").write_text(json.dumps(results, indent=1))
+    rows = "\n".join(
+        f"| {b} | {measured['on'][b]['step_s'] * 1e3:.2f} @ {measured['on'][b]['mean_batch']:.1f} | "
+        f"{measured['off'][b]['step_s'] * 1e3:.2f} @ {measured['off'][b]['mean_batch']:.1f} | "
+        f"{measured['on'][b]['tok_s']:,.0f} | {measured['off'][b]['tok_s']:,.0f} |"
+        for b in batches
+    )
+    keys = "\n".join(f"| `{k}` | {getattr(prior, k):.4g} | {fitted[k]:.4g} |" for k in KEYS)
+    acc_text = f"{accept:.2f}" if accept is not None else "not reported"
+    found_text = (
+        f"{found:.0f}" if found is not None else f"none up to {batches[-1]} (ON faster at every level)"
+    )
+    (a.out / "report.md").write_text(
+        f"# Step-time priors fitted on this host\n\n{results['started']}. Config `{a.config}`; "
+        f"{a.requests_per_user} requests per user, {a.input_len}-token prompts, outputs "
+        f"{a.output_len} x [0.75, 1.25] tokens.\n\n"
+        "| users | ON step ms @ mean batch | OFF step ms @ mean batch | ON tok/s | OFF tok/s |\n"
+        f"|---:|---|---|---:|---:|\n{rows}\n\n"
+        f"| setting | configured | fitted |\n|---|---:|---:|\n{keys}\n\n"
+        f"Accept length (ON, last level): {acc_text}. Crossover batch predicted by the fitted lines: "
+        f"{predicted:.0f}; measured (OFF tok/s reaching ON's): {found_text}.\n"
+    )
+    if a.write_config:
+        raw = yaml.safe_load(a.config.read_text())
+        raw.setdefault("policy", {}).update({k: float(f"{v:.6g}") for k, v in fitted.items()})
+        for key in ("path", "draft_path", "tokenizer_path"):  # relative paths stay right from the new place
+            if raw.get("model", {}).get(key):
+                raw["model"][key] = str(getattr(config.model, key))
+        a.write_config.write_text(yaml.safe_dump(raw, sort_keys=False))
+        log(f"fitted priors written to {a.write_config}")
+    log(f"done: {a.out / 'report.md'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
