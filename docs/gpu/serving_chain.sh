@@ -19,6 +19,8 @@
 #   CHAIN_CONFIG    specflip config of the app and the raw servers
 #   CHAIN_TOKENIZER tokenizer folder for the 8B shapes (default /tmp/persist/tok)
 #   CHAIN_RAWVSAPP  extra arguments of loadtests.rawvsapp, replacing the default levels and windows
+#   CHAIN_ARRIVALS  arguments of loadtests.bench.engine_arrivals (the engines alone under arrivals);
+#                   when set, that step runs before rawvsapp (e.g. "--concurrency 64,128,256")
 #   CHAIN_ENV_SH    a file to source first (default: the bundle's .gpu-bundle/device/env.sh, if present)
 #   CHAIN_JIT       kernels compiled on an earlier host (default .gpu-jit: flashinfer-cache.tgz,
 #                   tvmffi-cache.tgz; carry it with the last part): unpacked before the first engine
@@ -79,6 +81,10 @@ log "python3 $(python3 -c 'import sys; print(sys.version.split()[0])'), $(nproc)
 model_dir=$(python3 -c "from deployments.config import load_config; print(load_config('$CONFIG').model.path)") || exit 2
 if [ ! -f "$model_dir/config.json" ]; then
   step models python3 -m loadtests models shapes --out "$(dirname "$model_dir")" --tokenizer-from "$TOK" || exit 1
+fi
+if [ -n "${CHAIN_ARRIVALS:-}" ]; then
+  # shellcheck disable=SC2086  # a list of words
+  step arrivals python3 -m loadtests.bench.engine_arrivals --config "$CONFIG" --out "$R/arrivals" $CHAIN_ARRIVALS || exit 1
 fi
 # shellcheck disable=SC2086  # ARGS is a list of words
 step rawvsapp python3 -m loadtests.rawvsapp --config "$CONFIG" --out "$R/rawvsapp" $ARGS || exit 1

@@ -3,8 +3,9 @@ PYTHONPATH, nothing installed from it): `loadtests.rawvsapp` with SGLang's own s
 EAGLE-3, started beside the app) and the app on its default data path, one replica of the tiny pair
 each, the same Locust client, token-window accounting with repeated windows, the engine's own count
 as referee for every window, SGLang's benchmark client against the raw server, profiles and the
-report. Then the chain's guards: a second start while one holds the lock refuses, a finished chain
-started again skips its finished steps. Asserts what the results and the report say, not speed."""
+report, and before it the engines alone under arrivals (`loadtests.bench.engine_arrivals`). Then
+the chain's guards: a second start while one holds the lock refuses, a finished chain started
+again skips its finished steps. Asserts what the results and the report say, not speed."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def _run_chain(tmp: Path, config: Path, timeout: float = 900) -> subprocess.Comp
         CHAIN_RESULTS=str(tmp / "results"),
         CHAIN_CONFIG=str(config),
         CHAIN_RAWVSAPP=ARGS,
+        CHAIN_ARRIVALS="--concurrency 2 --requests-per-user 2 --input-len 12 --output-len 10 --variants plain,off_warm_kv",
         CHAIN_ENV_SH=str(tmp / "no-bundle-here"),
         PATH=f"{Path(sys.executable).parent}:{env['PATH']}",  # python3 = this interpreter
     )
@@ -98,6 +100,9 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
     ):
         assert line in report, line
     assert (results / "rawvsapp.done").exists()
+    arrivals = json.loads((results / "arrivals" / "results.json").read_text())["runs"]  # the engines alone
+    assert set(arrivals) == {"plain", "off_warm_kv"} and arrivals["off_warm_kv"]["2"]["identical"] == 4
+    assert (results / "arrivals.done").exists()
     assert "rawvsapp: rc=0" in (results / "progress.log").read_text()
 
     # a second chain while one holds the lock: refused, nothing run
@@ -108,3 +113,4 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
     # started again after it finished: the finished step is skipped, the chain ends at once
     again = _run_chain(tmp_path, config, timeout=120)
     assert again.returncode == 0 and "rawvsapp: done already" in again.stdout
+    assert "arrivals: done already" in again.stdout
