@@ -50,11 +50,12 @@ export SPECFLIP_CONTROL_TOKEN=${SPECFLIP_CONTROL_TOKEN:-chain}
 log() { echo "[chain $(date +%H:%M:%S)] $*" | tee -a "$R/progress.log"; }
 JIT=${CHAIN_JIT:-.gpu-jit}
 FI_CACHE=$HOME/.cache/flashinfer
-if [ -f "$JIT/flashinfer-cache.tgz" ] && [ ! -d "$FI_CACHE" ]; then
-  mkdir -p "$HOME/.cache" && tar xzf "$JIT/flashinfer-cache.tgz" -C "$HOME/.cache" && log "flashinfer JIT cache unpacked from $JIT"
+# files already there stay (importing flashinfer may have made its cache folder already)
+if [ -f "$JIT/flashinfer-cache.tgz" ]; then
+  mkdir -p "$HOME/.cache" && tar xzf "$JIT/flashinfer-cache.tgz" --skip-old-files -C "$HOME/.cache" && log "flashinfer JIT cache unpacked from $JIT"
 fi
-if [ -f "$JIT/tvmffi-cache.tgz" ] && [ -n "${TVM_FFI_CACHE_DIR:-}" ] && [ -z "$(ls -A "$TVM_FFI_CACHE_DIR" 2> /dev/null)" ]; then
-  mkdir -p "$TVM_FFI_CACHE_DIR" && tar xzf "$JIT/tvmffi-cache.tgz" --strip-components=1 -C "$TVM_FFI_CACHE_DIR" && log "tvm-ffi cache unpacked from $JIT"
+if [ -f "$JIT/tvmffi-cache.tgz" ] && [ -n "${TVM_FFI_CACHE_DIR:-}" ]; then
+  mkdir -p "$TVM_FFI_CACHE_DIR" && tar xzf "$JIT/tvmffi-cache.tgz" --skip-old-files --strip-components=1 -C "$TVM_FFI_CACHE_DIR" && log "tvm-ffi cache unpacked from $JIT"
 fi
 
 # step NAME COMMAND...: skipped when NAME.done exists; otherwise its folder starts clean

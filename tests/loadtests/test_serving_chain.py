@@ -39,6 +39,7 @@ def _run_chain(tmp: Path, config: Path, timeout: float = 900) -> subprocess.Comp
         CHAIN_RAWVSAPP=ARGS,
         CHAIN_ARRIVALS="--concurrency 2 --requests-per-user 2 --input-len 12 --output-len 10 --variants plain,off_warm_kv",
         CHAIN_ENV_SH=str(tmp / "no-bundle-here"),
+        CHAIN_JIT=str(tmp / "no-jit-here"),  # a checkout's .gpu-jit holds GPU kernels: not for this host
         PATH=f"{Path(sys.executable).parent}:{env['PATH']}",  # python3 = this interpreter
     )
     return subprocess.run(
