@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,7 +28,10 @@ import psutil
 
 from loadtests.markdown import table as markdown_table
 
-__all__ = ["ProcessProfile", "profiles_markdown", "record", "serving_processes", "summarize_raw"]
+__all__ = [
+    "ProcessProfile", "RunProfiler", "locust_pids", "profiles_markdown", "record", "serving_processes",
+    "summarize_raw",
+]  # fmt: skip
 
 _APP_PROCESSES = (
     ("proxy", "ray::ProxyActor"),
@@ -185,3 +189,44 @@ def profiles_markdown(title: str, profiles: list[ProcessProfile], seconds: float
             rows.append([f"`{s[0]}`" if s[0] else "", s[1] or "", f"`{c[0]}`" if c[0] else "", c[1] or ""])
         lines.append(markdown_table(["function (self)", "samples", "function (inclusive)", "samples"], rows))
     return "\n".join(lines) + "\n"
+
+
+class RunProfiler:
+    """Called by run_locust while a point runs: profiles once, `warmup_s` after the first request."""
+
+    def __init__(self, pids: dict[str, int], warmup_s: float, seconds: float, out_dir: Path) -> None:
+        """Profile `seconds` long, starting `warmup_s` after the run's first request."""
+        self.pids, self.warmup_s, self.seconds, self.out_dir = pids, warmup_s, seconds, out_dir
+        self.first: float | None = None
+        self.thread: threading.Thread | None = None
+        self.result: list[ProcessProfile] = []
+
+    def __call__(self, now: float, records: list) -> None:  # RequestRecord list
+        if self.first is None and records:
+            self.first = min(r.start for r in records)
+        if self.thread is None and self.first is not None and now >= self.first + self.warmup_s:
+            pids = {**self.pids, **locust_pids()}
+
+            def run() -> None:
+                self.result = record(pids, self.seconds, self.out_dir)
+
+            self.thread = threading.Thread(target=run, daemon=True)
+            self.thread.start()
+
+    def finish(self) -> list[ProcessProfile]:
+        if self.thread is not None:
+            self.thread.join()
+        return self.result
+
+
+def locust_pids() -> dict[str, int]:
+    """This process's Locust children (the load clients), named client-0, client-1, ..."""
+    found: dict[str, int] = {}
+    for p in psutil.Process().children(recursive=True):
+        try:  # a child can exit (or be a zombie) between the listing and the read
+            cmdline = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "locust" in cmdline:
+            found[f"client-{len(found)}"] = p.pid
+    return found

@@ -34,9 +34,7 @@ import argparse
 import datetime as dt
 import json
 import os
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,12 +46,13 @@ from loadtests.config import LoadConfig
 from loadtests.launcher import CommandLauncher, Variant, VariantSpec, free_port
 from loadtests.locust_run import run_locust
 from loadtests.metrics import Slo, Summary, summarize
-from loadtests.profiles import ProcessProfile, profiles_markdown, record, serving_processes
+from loadtests.profiles import RunProfiler, profiles_markdown, serving_processes
 from loadtests.rawvsapp_report import write_report
 from loadtests.referee import LogReferee, StatusReferee
 from loadtests.servers import ServerError, ServerProcess
+from loadtests.sglang_client import ClientRun, run_sglang_client
 
-__all__ = ["ClientRun", "Point", "build_parser", "main"]
+__all__ = ["Point", "build_parser", "main"]
 
 _BIND_FAILED = "error while attempting to bind"
 CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
@@ -73,64 +72,6 @@ class Point(Summary):
     engine_tok_s: float | None = None  # the engine's own decode tok/s over the window (the referee)
     window_start: float = 0.0  # epoch seconds
     engine_prompt_tokens: float | None = None  # prompt tokens per new request, as the engine saw them
-
-
-@dataclass(frozen=True)
-class ClientRun:
-    """SGLang's benchmark client at one level against the plain raw server, with the referee."""
-
-    client: str
-    concurrency: int
-    prompts: int
-    output_tok_s: float
-    engine_tok_s: float | None
-    duration_s: float
-    tpot_p50_ms: float | None
-    ttft_p50_ms: float | None
-    engine_tokens: int | None = None  # decode tokens the engine's lines count over the run
-    engine_prompt_tokens: float | None = None  # prompt tokens per new request, as the engine saw them
-
-
-class _Profiler:
-    """Called by run_locust while a point runs: profiles once, `warmup_s` after the first request."""
-
-    def __init__(self, pids: dict[str, int], warmup_s: float, seconds: float, out_dir: Path) -> None:
-        """Profile `seconds` long, starting `warmup_s` after the run's first request."""
-        self.pids, self.warmup_s, self.seconds, self.out_dir = pids, warmup_s, seconds, out_dir
-        self.first: float | None = None
-        self.thread: threading.Thread | None = None
-        self.result: list[ProcessProfile] = []
-
-    def __call__(self, now: float, records: list) -> None:  # noqa: ANN001 - RequestRecord list
-        if self.first is None and records:
-            self.first = min(r.start for r in records)
-        if self.thread is None and self.first is not None and now >= self.first + self.warmup_s:
-            pids = {**self.pids, **_locust_pids()}
-
-            def run() -> None:
-                self.result = record(pids, self.seconds, self.out_dir)
-
-            self.thread = threading.Thread(target=run, daemon=True)
-            self.thread.start()
-
-    def finish(self) -> list[ProcessProfile]:
-        if self.thread is not None:
-            self.thread.join()
-        return self.result
-
-
-def _locust_pids() -> dict[str, int]:
-    import psutil
-
-    found: dict[str, int] = {}
-    for p in psutil.Process().children(recursive=True):
-        try:  # a child can exit (or be a zombie) between the listing and the read
-            cmdline = " ".join(p.cmdline())
-        except psutil.Error:
-            continue
-        if "locust" in cmdline:
-            found[f"client-{len(found)}"] = p.pid
-    return found
 
 
 class Bench:
@@ -184,7 +125,7 @@ class Bench:
             if stream and a.profile_at in levels:
                 at = sum(lengths[: levels.index(a.profile_at)]) + a.settle
                 seconds = max(2.0, min(10.0, a.window - 2))
-                profiler = _Profiler(server_pids, at, seconds, self.out / "profiles" / f"{target}-{spec}")
+                profiler = RunProfiler(server_pids, at, seconds, self.out / "profiles" / f"{target}-{spec}")
             run = run_locust(
                 url, cfg, run_dir, processes=a.locust_processes, on_progress=profiler, progress_every=0.5
             )
@@ -207,11 +148,10 @@ class Bench:
         s = summarize(records, w0, w0 + a.window, Slo(None, None))
         load = s.chunks_s / self.ceiling.chunks_s if (stream and self.ceiling) else None
         engine = referee.rate(w0, w0 + a.window) if referee is not None else None
-        prompt_tokens = getattr(referee, "prompt_tokens", None)  # the raw server's log has them
         point = Point(
             **asdict(s), target=target, replicas=replicas, speculation=spec, stream=stream, concurrency=c,
             client_load=load, repeat=k, engine_tok_s=engine, window_start=w0,
-            engine_prompt_tokens=prompt_tokens(w0, w0 + a.window) if prompt_tokens else None,
+            engine_prompt_tokens=referee.prompt_tokens(w0, w0 + a.window) if referee is not None else None,
         )  # fmt: skip
         self.points.append(point)
         self.log(
@@ -222,52 +162,23 @@ class Bench:
         )
 
     def run_sglang_client(self, url: str, referee: LogReferee) -> None:
-        """SGLang's own benchmark client against the raw server at each `--sglang-client` level.
-
-        The workload matches Locust's as closely as its options allow: prompts sent as token ids
-        (`--backend sglang --tokenize-prompt`: as text, random ids re-tokenize to other lengths; on
-        the H200 with the tiny pair's tokenizer, 95-token prompts reached the engine as 656-665
-        tokens), output lengths uniform over Locust's range and prompt lengths over the same range
-        around `input_len` (its one range ratio draws both), ignore_eos (the sglang backend's default).
-        The engine's count is its decode tokens over the client's own duration; the report shows the
-        prompt tokens per request the engine saw from each client."""
+        """SGLang's own benchmark client against the raw server at each `--sglang-client` level."""
         a = self.args
-        out_hi = round(a.output_len * (1 + a.output_spread))
-        in_hi = round(a.input_len * (1 + a.output_spread))
-        ratio = (1 - a.output_spread) / (1 + a.output_spread)
         for c in a.sglang_client:
-            prompts = max(4 * c, int(c * a.window / 8))  # enough waves that ramp-up and tail are small
-            out_file = self.out / f"sglang-client-c{c}.jsonl"
-            cmd = [
-                sys.executable, "-m", "sglang.benchmark.serving", "--backend", "sglang", "--tokenize-prompt",
-                "--base-url", url, "--dataset-name", "random-ids", "--random-input-len", str(in_hi),
-                "--random-output-len", str(out_hi), "--random-range-ratio", f"{ratio:g}",
-                "--num-prompts", str(prompts), "--max-concurrency", str(c), "--tokenizer", a.tokenizer or _model_path(a.config),
-                "--model", _model_id(a.config), "--output-file", str(out_file), "--disable-tqdm", "--seed", "1",
-            ]  # fmt: skip
-            self.log(f"[rawvsapp] SGLang's client c={c}, {prompts} prompts ...")
-            log = self.out / f"sglang-client-c{c}.log"
-            launched = time.time()
-            with log.open("wb") as fh:
-                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=a.window * 20 + 120)
-            end = time.time()
-            if proc.returncode != 0 or not out_file.exists():
-                self.notes.append(f"SGLang's client at c={c} failed (exit {proc.returncode}): see {log.name}")
-                continue
-            result = json.loads(out_file.read_text().splitlines()[-1])
-            duration = float(result.get("duration") or 0.0)
-            # the lines from its launch to its exit: the server decodes only for this client then
-            tokens = referee.tokens(launched, end)
-            run = ClientRun(
-                "sglang.benchmark.serving", c, prompts, float(result.get("output_throughput") or 0.0),
-                tokens / duration if tokens and duration > 0 else None, duration, result.get("median_tpot_ms"),
-                result.get("median_ttft_ms"), tokens, referee.prompt_tokens(launched, end),
+            self.log(f"[rawvsapp] SGLang's client c={c} ...")
+            run = run_sglang_client(
+                url, referee, c, input_len=a.input_len, output_len=a.output_len, spread=a.output_spread,
+                window=a.window, tokenizer=a.tokenizer or _model_path(a.config), model_id=_model_id(a.config),
+                out=self.out,
             )  # fmt: skip
+            if isinstance(run, str):
+                self.notes.append(run)
+                continue
             self.client_runs.append(run)
             self.log(
                 f"[rawvsapp] SGLang's client c={c}: {run.output_tok_s:,.0f} tok/s (engine {run.engine_tok_s or 0:,.0f}) "
-                f"over {duration:.1f} s, TPOT p50 {run.tpot_p50_ms or 0:.2f} ms, "
-                f"prompts {run.engine_prompt_tokens or 0:.0f} tokens at the engine"
+                f"over {run.duration_s:.1f} s ({run.prompts} requests), TPOT p50 {run.tpot_p50_ms or 0:.2f} ms, "
+                f"prompts of {run.engine_prompt_tokens or 0:.0f} tokens at the engine"
             )
             self.write()
 

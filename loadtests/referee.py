@@ -189,6 +189,10 @@ class StatusReferee:
             total += b - a
         return total / (end - start)
 
+    def prompt_tokens(self, start: float, end: float) -> float | None:
+        """None: the replicas report no prompt counts (LogReferee reads them from SGLang's log)."""
+        return None
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5.0)

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["VARIANTS", "closed_loop", "main", "make_requests"]
+__all__ = ["VARIANTS", "closed_loop", "in_process_kwargs", "main", "make_requests", "prepare_process"]
 
 VARIANTS = ("plain", "on", "off_warm_kv", "off_cold")  # specflip variants share one engine
 
@@ -88,7 +88,26 @@ def _level(engine: Any, requests: list[tuple[list[int], int]], users: int) -> di
     }
 
 
-def _kwargs(config: Any, speculative: bool) -> dict[str, Any]:
+def prepare_process(config: Any) -> int:
+    """Set this process up to start the config's engines (`replicas.env`, e.g. SGLANG_SIMULATE_ACC_LEN,
+    read when a scheduler starts; the CPU shim before sglang's kernels load); the model's vocab size."""
+    from deployments.config import Device
+
+    os.environ.update(config.replicas.env)
+    if config.engine.device is Device.CPU:
+        from loadtests.rawvsapp import CPU_ENV
+        from patched_worker.cpu.shim import enable
+
+        os.environ.update(CPU_ENV)
+        enable()
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(config.model.path).vocab_size)
+
+
+def in_process_kwargs(config: Any, speculative: bool) -> dict[str, Any]:
+    """The config's engine keywords, token ids in and out (no tokenizer); without the draft if not
+    `speculative` (as `loadtests.raw_sglang --speculation off`)."""
     from deployments.engine import engine_kwargs
 
     kw = engine_kwargs(config)
@@ -101,7 +120,7 @@ def _kwargs(config: Any, speculative: bool) -> dict[str, Any]:
 def _run_plain(config: Any, levels: dict[int, list[tuple[list[int], int]]]) -> dict[int, dict[str, Any]]:
     import sglang
 
-    engine = sglang.Engine(**_kwargs(config, speculative=False))
+    engine = sglang.Engine(**in_process_kwargs(config, speculative=False))
     try:
         out = {}
         for c, requests in levels.items():
@@ -122,7 +141,7 @@ def _run_specflip(
 
     s = config.speculation
     switch = SwitchConfig(strategy=s.strategy, start_enabled=True, allow_cold=True)
-    engine = SpecFlipEngine(switch=switch, **_kwargs(config, speculative=True))
+    engine = SpecFlipEngine(switch=switch, **in_process_kwargs(config, speculative=True))
     out: dict[str, dict[int, dict[str, Any]]] = {}
     try:
         for variant in variants:
@@ -198,19 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     concurrency = sorted({int(x) for x in a.concurrency.split(",") if x.strip()})
 
-    from deployments.config import Device, load_config
+    from deployments.config import load_config
 
     config = load_config(str(a.config))
-    os.environ.update(config.replicas.env)  # e.g. SGLANG_SIMULATE_ACC_LEN, read when the scheduler starts
-    if config.engine.device is Device.CPU:
-        from loadtests.rawvsapp import CPU_ENV
-        from patched_worker.cpu.shim import enable
-
-        os.environ.update(CPU_ENV)
-        enable()  # before sglang's kernel package is imported in this process
-    from transformers import AutoConfig
-
-    vocab = int(AutoConfig.from_pretrained(config.model.path).vocab_size)
+    vocab = prepare_process(config)
     levels = {
         c: make_requests(c, a.requests_per_user, a.input_len, a.output_len, a.output_spread, vocab)
         for c in concurrency

@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from loadtests.bench.engine_arrivals import closed_loop, make_requests
+from loadtests.bench.engine_arrivals import closed_loop, in_process_kwargs, make_requests, prepare_process
 
 __all__ = ["fit_line", "main", "measured_crossover"]
 
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print("step_costs: --batches needs two or more sizes >= 1", file=sys.stderr)
         return 2
 
-    from deployments.config import Device, load_config
+    from deployments.config import load_config
 
     config = load_config(str(a.config))
     if not config.model.draft_path:
@@ -106,22 +105,12 @@ def main(argv: list[str] | None = None) -> int:
             "step_costs: the config has no draft model (model.draft_path): nothing to fit ON", file=sys.stderr
         )
         return 2
-    os.environ.update(config.replicas.env)
-    if config.engine.device is Device.CPU:
-        from loadtests.rawvsapp import CPU_ENV
-        from patched_worker.cpu.shim import enable
-
-        os.environ.update(CPU_ENV)
-        enable()
-    from transformers import AutoConfig
-
-    from deployments.engine import engine_kwargs
+    vocab = prepare_process(config)
     from patched_worker.engine import SpecFlipEngine
 
-    vocab = int(AutoConfig.from_pretrained(config.model.path).vocab_size)
     log(f"specflip engine: starting ({config.model.path})")
     engine = SpecFlipEngine(
-        switch=config.speculation.switch_config(), **{**engine_kwargs(config), "skip_tokenizer_init": True}
+        switch=config.speculation.switch_config(), **in_process_kwargs(config, speculative=True)
     )
     measured: dict[str, dict[int, dict]] = {"on": {}, "off": {}}
     try:
