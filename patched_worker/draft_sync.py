@@ -7,6 +7,7 @@ inputs for the draft row at L.
 
 - `write_draft_kv` (warm_kv): fc + norms + k/v projections + rotary for that one row,
   written to the draft KV pool at the target's slot; no attention, MLP or lm_head.
+  `write_kv_rows` is that math for any rows (the OFF prefill writes a whole prompt with it).
 - `draft_extend_one` (full_extend, and the resync): SGLang's own one-token draft extend,
   which also refreshes `topk_p` / `topk_index` / `hidden_states` for the next ON draft.
 - `stub_draft_state`: shape-valid zeros for the fields the next OFF step does not read
@@ -21,7 +22,13 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-__all__ = ["write_draft_kv", "draft_extend_one", "stub_draft_state", "warm_kv_unsupported"]
+__all__ = [
+    "draft_extend_one",
+    "stub_draft_state",
+    "warm_kv_unsupported",
+    "write_draft_kv",
+    "write_kv_rows",
+]
 
 
 @contextlib.contextmanager
@@ -74,15 +81,26 @@ def stub_draft_state(worker, batch, result) -> None:
     worker._stub_skipped_draft_extend(batch, result)
 
 
-@torch.no_grad()
 def write_draft_kv(worker, batch, result) -> None:
     """Write the draft layer's K/V for position L of every request (warm_kv)."""
+    write_kv_rows(
+        worker,
+        aux=result.logits_output.hidden_states,  # [bs, num_aux * H_target]
+        next_tokens=result.next_token_ids,  # token at L+1
+        positions=batch.seq_lens,  # L
+        slots=batch.out_cache_loc,
+    )
+
+
+@torch.no_grad()
+def write_kv_rows(worker, aux, next_tokens, positions, slots) -> None:
+    """The draft layer's K/V for one row per entry: position p from the target's aux hidden states at p
+    and the token at p+1, written to the draft KV pool at `slots` (llama_eagle3's layer-0 math, without
+    its attention, MLP or lm_head)."""
     model = worker.draft_worker.draft_runner.model.model  # sglang llama_eagle3.LlamaModel
     layer = model.layers[0]
     attn_mod, attn = layer.self_attn, layer.self_attn.attn
-    aux = result.logits_output.hidden_states  # [bs, num_aux * H_target]
-    tokens = result.next_token_ids.to(torch.int64)  # token at L+1
-    positions = batch.seq_lens.to(torch.int64)  # L
+    tokens, positions = next_tokens.to(torch.int64), positions.to(torch.int64)
     with _draft_context(worker):
         h = aux if model.input_norm is None else model.input_norm(aux)
         if model.fc_norm is not None:
@@ -96,7 +114,7 @@ def write_draft_kv(worker, batch, result) -> None:
         pool = worker.draft_worker.draft_runner.token_to_kv_pool
         pool.set_kv_buffer(
             attn,
-            batch.out_cache_loc,
+            slots,
             k.reshape(-1, attn.tp_k_head_num, attn.qk_head_dim),
             v.reshape(-1, attn.tp_v_head_num, attn.v_head_dim),
             attn.k_scale,

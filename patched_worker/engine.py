@@ -18,7 +18,7 @@ from patched_worker.control import ControlChannel
 from patched_worker.errors import SpecFlipControlTimeout, SpeculationRpcError, UnsupportedSetup
 from patched_worker.install import run_scheduler_process
 from patched_worker.setup_check import check_engine_setup, check_strategy, cold_allowed
-from patched_worker.state import SpeculationState, Strategy, SwitchConfig
+from patched_worker.state import OffPrefill, SpeculationState, Strategy, SwitchConfig
 from patched_worker.version import check_sglang_version
 
 __all__ = [
@@ -102,6 +102,13 @@ class SpecFlipEngine(Engine):
         strategy = Strategy(strategy)
         check_strategy(strategy, self.switch_config.allow_cold)
         self._specflip_rpc("set_strategy", "specflip_configure", timeout_s, strategy=strategy.value)
+
+    def set_off_prefill(self, mode: OffPrefill, *, timeout_s: float | None = None) -> None:
+        """How prefills keep the draft K/V while OFF under warm_kv: `kv_write` (default: no draft forward)
+        or `draft_forward` (upstream's draft prefill, kept for comparison)."""
+        self._specflip_rpc(
+            "set_off_prefill", "specflip_configure", timeout_s, off_prefill=OffPrefill(mode).value
+        )
 
     def schedule_flips(self, steps: list[int], *, timeout_s: float | None = None) -> None:
         """Toggle speculation at these decode steps from now (1 = next step); replaces earlier ones

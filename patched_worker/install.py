@@ -2,7 +2,8 @@
 
 Patched (sglang 0.5.17 only; `check_sglang_version` refuses anything else):
 - `EAGLEWorkerV2.forward_batch_generation` (srt/speculative/eagle_worker_v2.py:1103):
-  decode steps go through `SpecSwitch.decode_step`; extend steps run upstream unchanged.
+  decode steps go through `SpecSwitch.decode_step`, extend steps through `SpecSwitch.prefill_step`
+  (upstream's unless OFF, see off_prefill.py).
 - `EAGLEWorkerV2.on_verify_complete_cpu` (:1285): also feeds the switch's accept-length EMA.
 - `EAGLEWorkerV2.init_cuda_graphs` (:1072): also captures plain DECODE graphs for OFF steps.
 - `Scheduler.handle_rpc_request` (srt/managers/scheduler.py:4304): methods named
@@ -11,6 +12,7 @@ Patched (sglang 0.5.17 only; `check_sglang_version` refuses anything else):
 - `Scheduler.specflip_set_speculation` / `specflip_state` / `specflip_configure`: new RPC targets.
 These go when SGLang ships a runtime speculation switch with a plain-decode OFF mode.
 - Per-request `sampling_seed` honoured without deterministic inference: `patched_worker.seeding`.
+- The spec-decode KV allocation's per-request loop reads its lengths as a list: `patched_worker.spec_alloc`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import functools
 import json
 from dataclasses import dataclass
 
-from patched_worker.state import Strategy, SwitchConfig
+from patched_worker.state import OffPrefill, Strategy, SwitchConfig
 from patched_worker.version import check_sglang_version
 
 __all__ = ["PatchStatus", "install", "switch_of"]
@@ -65,8 +67,9 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
     @functools.wraps(upstream_forward)
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
-            switch_of(self).note_prefill()
-            return upstream_forward(self, batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
+            return switch_of(self).prefill_step(
+                functools.partial(upstream_forward, self), batch, on_publish, grammar_barrier
+            )
         return switch_of(self).decode_step(
             functools.partial(upstream_forward, self), batch, on_publish, grammar_barrier
         )
@@ -99,13 +102,15 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
         _switch(self).request(enabled)
         return {"requested": bool(enabled)}
 
-    def specflip_configure(self, strategy: str = "", flip_at: str = "") -> dict:
+    def specflip_configure(self, strategy: str = "", flip_at: str = "", off_prefill: str = "") -> dict:
         sw = _switch(self)
         if strategy:
             sw.set_strategy(Strategy(strategy))
+        if off_prefill:
+            sw.set_off_prefill(OffPrefill(off_prefill))
         if flip_at:
             sw.schedule_flips([] if flip_at == "none" else [int(k) for k in flip_at.split(",")])
-        return {"strategy": sw.config.strategy.value}
+        return {"strategy": sw.config.strategy.value, "off_prefill": sw.config.off_prefill.value}
 
     def specflip_state(self) -> dict:
         running = len(self.running_batch.reqs) if self.running_batch is not None else 0
@@ -134,6 +139,9 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
     from patched_worker.seeding import install_seeding
 
     seeding_targets = install_seeding()
+    from patched_worker.spec_alloc import install_spec_alloc
+
+    alloc_targets = install_spec_alloc()
     EAGLEWorkerV2.forward_batch_generation = forward_batch_generation
     EAGLEWorkerV2.on_verify_complete_cpu = on_verify_complete_cpu
     EAGLEWorkerV2.init_cuda_graphs = init_cuda_graphs
@@ -153,6 +161,7 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
             "Scheduler.specflip_state",
             "Scheduler.specflip_configure",
             *seeding_targets,
+            *alloc_targets,
         ),
     )
     return _INSTALLED

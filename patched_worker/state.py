@@ -6,7 +6,7 @@ import enum
 import json
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Strategy", "SwitchConfig", "SpeculationState"]
+__all__ = ["OffPrefill", "Strategy", "SwitchConfig", "SpeculationState"]
 
 
 class Strategy(enum.StrEnum):
@@ -15,6 +15,13 @@ class Strategy(enum.StrEnum):
     WARM_KV = "warm_kv"  # write only the draft layer's K/V for each new position (cheap, stays warm)
     FULL_EXTEND = "full_extend"  # run the draft forward every OFF step (upstream steps=0 behaviour)
     COLD = "cold"  # no draft work, no resync: a benchmark-only counter-example (refused unless allowed)
+
+
+class OffPrefill(enum.StrEnum):
+    """How a prefill keeps the draft's K/V while speculation is OFF under warm_kv."""
+
+    KV_WRITE = "kv_write"  # the prompt's draft K/V written from the target's aux states, no draft forward
+    DRAFT_FORWARD = "draft_forward"  # upstream's draft prefill (a full draft forward): for comparison
 
 
 @dataclass(frozen=True)
@@ -26,14 +33,23 @@ class SwitchConfig:
     accept_ema_alpha: float = 0.2
     trace_len: int = 256  # recent per-step records kept for state queries
     allow_cold: bool = False  # benchmark-only: permit Strategy.COLD (see setup_check.ALLOW_COLD_ENV)
+    off_prefill: OffPrefill = OffPrefill.KV_WRITE  # warm_kv only (full_extend: draft forward; cold: nothing)
 
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "strategy": self.strategy.value})
+        return json.dumps(
+            {**asdict(self), "strategy": self.strategy.value, "off_prefill": self.off_prefill.value}
+        )
 
     @classmethod
     def from_json(cls, text: str) -> SwitchConfig:
         raw = json.loads(text)
-        return cls(**{**raw, "strategy": Strategy(raw["strategy"])})
+        return cls(
+            **{
+                **raw,
+                "strategy": Strategy(raw["strategy"]),
+                "off_prefill": OffPrefill(raw.get("off_prefill", "kv_write")),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -59,10 +75,16 @@ class SpeculationState:
     off_cuda_graphs_note: str = ""  # why not, when they do not
     off_cuda_graphs_bytes: int | None = None  # device memory the OFF graphs took at capture (None: no graphs)
     last_resync_ms: float | None = None  # duration of the last timed resync (device time on CUDA)
+    # host time from the last flip's request (its RPC, handled between iterations) to the step it took
+    # effect at (OFF: as that step starts; ON: once its resync step is launched): the scheduler's share
+    # of a decision's latency
+    last_flip_ms: float | None = None
     resync_ms_total: float = 0.0  # summed over timed resyncs
     resyncs_timed: int = 0  # resyncs whose duration is known (a resync still on the device is not yet)
     strategy_configured: Strategy | None = None  # what the config or the last set_strategy asked for
     strategy_fallback: str = ""  # why `strategy` differs from `strategy_configured` ("" when it does not)
+    off_prefill: OffPrefill = OffPrefill.KV_WRITE  # how OFF prefills keep the draft K/V (under warm_kv)
+    off_prefills: int = 0  # extend batches run while OFF without the draft forward
     # every token a decode step committed since the engine started, both modes (the referee's count)
     generated_tokens: int = 0
     # cumulative decode-step counters of steady decoding (a step right after a prefill and idle gaps
@@ -78,10 +100,13 @@ class SpeculationState:
     def from_json(cls, text: str) -> SpeculationState:
         raw = json.loads(text)
         raw["strategy"] = Strategy(raw["strategy"])
+        raw["off_prefill"] = OffPrefill(raw.get("off_prefill", "kv_write"))
         if raw.get("strategy_configured") is not None:
             raw["strategy_configured"] = Strategy(raw["strategy_configured"])
         raw["trace"] = [tuple(t) for t in raw.get("trace", [])]
         return cls(**raw)
 
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "strategy": self.strategy.value})
+        return json.dumps(
+            {**asdict(self), "strategy": self.strategy.value, "off_prefill": self.off_prefill.value}
+        )

@@ -1,15 +1,17 @@
 """The per-worker speculation switch, run inside SGLang's scheduler process.
 
 A flip is requested by RPC (between scheduler iterations, on every TP rank at the same
-iteration) and applied at the top of the next decode step:
+iteration) and applied at the top of the next decode step (an OFF also at the next prefill):
 
 - ON -> OFF: this step is already a plain decode.
 - OFF -> ON: this step is a plain decode followed by the decode-mode draft resync (a
   one-token draft extend at the new position, which refreshes the draft's top-k and
   hidden state); the following step drafts again. Strategy `cold` skips the resync.
 
-Extend (prefill) batches always run upstream's path, which keeps the draft prefill in
-both modes, so requests prefilled while OFF have a complete draft KV.
+Extend (prefill) batches: while ON (or OFF under full_extend) upstream's path with its draft
+prefill; while OFF under warm_kv the target's extend and the prompt's draft K/V written from its
+aux hidden states, no draft forward (`off_prefill`); under cold nothing for the draft. Either way a
+request prefilled while OFF has a complete draft KV when the resync re-enables it (cold aside).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import logging
 import threading
 import time
 
-from patched_worker import draft_sync, off_decode
+from patched_worker import draft_sync, off_decode, off_prefill
 from patched_worker.errors import UnsupportedSetup
 from patched_worker.setup_check import check_strategy, cold_allowed
-from patched_worker.state import SpeculationState, Strategy, SwitchConfig
+from patched_worker.state import OffPrefill, SpeculationState, Strategy, SwitchConfig
 
 __all__ = ["SpecSwitch"]
 
@@ -82,8 +84,10 @@ class SpecSwitch:
         self.worker = worker
         self.enabled = config.start_enabled
         self.requested = config.start_enabled
-        self.toggles = self.on_steps = self.off_steps = self.resyncs = 0
+        self.toggles = self.on_steps = self.off_steps = self.resyncs = self.off_prefills = 0
         self.accept_ema: float | None = None
+        self._requested_t: float | None = None  # when the pending mode was asked for (RPC)
+        self.last_flip_ms: float | None = None  # from that request to the step the mode took effect at
         self.resync_timer = _ResyncTimer()
         # decode-step throughput counters (CPU clock between consecutive decode results; a gap that
         # spans a prefill batch or an idle period is not decode time and is left out)
@@ -112,7 +116,10 @@ class SpecSwitch:
         self.config = config
 
     def request(self, enabled: bool) -> None:
-        self.requested = bool(enabled)
+        enabled = bool(enabled)
+        if enabled != self.requested:  # timed from the first request of the mode not yet in effect
+            self._requested_t = time.perf_counter() if enabled != self.enabled else None
+        self.requested = enabled
 
     def set_strategy(self, strategy: Strategy) -> None:
         """Change the draft upkeep while OFF; refuses what this engine cannot run (UnsupportedSetup)."""
@@ -125,6 +132,10 @@ class SpecSwitch:
         self.config = dataclasses.replace(self.config, strategy=strategy)
         self.strategy_configured, self.strategy_fallback = strategy, ""
 
+    def set_off_prefill(self, mode: OffPrefill) -> None:
+        """How OFF prefills keep the draft K/V under warm_kv (kv_write, or upstream's draft_forward)."""
+        self.config = dataclasses.replace(self.config, off_prefill=OffPrefill(mode))
+
     def schedule_flips(self, offsets: list[int]) -> None:
         """Toggle the requested mode at these decode steps from now (1 = the next one): reproducible runs."""
         self._flip_at = {self._step + k for k in offsets if k > 0}
@@ -133,6 +144,27 @@ class SpecSwitch:
         if enabled != self.enabled:
             self.enabled = enabled
             self.toggles += 1
+            if self._requested_t is not None:  # asked by RPC (a scripted flip has no request time)
+                self.last_flip_ms = (time.perf_counter() - self._requested_t) * 1e3
+        self._requested_t = None
+
+    def prefill_step(self, upstream, batch, on_publish, grammar_barrier):
+        """One extend batch: upstream's (target extend + draft prefill) unless OFF skips the draft forward."""
+        self._prefill_since_result = True
+        if not self.requested and self.enabled:
+            # a pending OFF needs no resync: it takes effect at this step, prefill or decode
+            self._apply(False)
+        strategy = self.config.strategy
+        lean = not self.enabled and (
+            strategy is Strategy.COLD
+            or (strategy is Strategy.WARM_KV and self.config.off_prefill is OffPrefill.KV_WRITE)
+        )
+        if not lean or not off_prefill.supported(batch):
+            return upstream(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
+        self.off_prefills += 1
+        return off_prefill.run_off_prefill(
+            self.worker, batch, on_publish, write_kv=strategy is Strategy.WARM_KV
+        )
 
     def decode_step(self, upstream, batch, on_publish, grammar_barrier):
         """One decode iteration: upstream EAGLE-3 when ON, a plain decode when OFF."""
@@ -142,6 +174,7 @@ class SpecSwitch:
         if self._step + 1 in self._flip_at:
             self._flip_at.discard(self._step + 1)
             self.requested = not self.requested
+            self._requested_t = None  # scripted: no request to time from
         if self.requested != self.enabled and (not self.requested or self.config.strategy is Strategy.COLD):
             self._apply(self.requested)  # OFF takes effect now; cold ON too (no resync)
         bs = len(batch.seq_lens)
@@ -183,9 +216,6 @@ class SpecSwitch:
         with self._lock:
             self._launched.append((self._step, kind, bs))
 
-    def note_prefill(self) -> None:
-        self._prefill_since_result = True
-
     def on_results(self, correct_drafts_per_req: list[int], batch_size: int) -> None:
         """Called in launch order with each decode result's CPU accept counts."""
         now = time.perf_counter()
@@ -221,6 +251,8 @@ class SpecSwitch:
             enabled=self.enabled,
             requested=self.requested,
             strategy=self.config.strategy,
+            off_prefill=self.config.off_prefill,
+            off_prefills=self.off_prefills,
             steps=w.speculative_num_steps,
             topk=w.topk,
             draft_tokens=w.speculative_num_draft_tokens,
@@ -237,6 +269,7 @@ class SpecSwitch:
             off_cuda_graphs_note=self.plain_decode_graphs_note,
             off_cuda_graphs_bytes=self.plain_decode_graphs_bytes,
             last_resync_ms=timer.last_ms,
+            last_flip_ms=self.last_flip_ms,
             resync_ms_total=timer.total_ms,
             resyncs_timed=timer.timed,
             strategy_configured=self.strategy_configured,
