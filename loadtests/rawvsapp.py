@@ -22,7 +22,7 @@ engine's own decode tok/s (`loadtests.referee`: SGLang's scheduler log for raw, 
 `decode_tokens` for the app) as referee. `--sglang-client C,...`: SGLang's own benchmark client
 (`python -m sglang.benchmark.serving`) against the plain raw server at those levels too, with the
 referee over its run. With `--calibration`, a point whose client took in more than `--max-load`
-of its calibrated ceiling (chunks/s) is marked client-bound. With `--profile-at C`, the first
+of its calibrated ceiling (chunks/s) is marked client-bound. With `--profile-at C,...`, the first
 streaming window at level C is profiled (py-spy, every process on the serving path and the
 client; `loadtests.profiles`). Writes results.json and report.md (`loadtests.rawvsapp_report`)
 into --out after every run.
@@ -48,7 +48,7 @@ from loadtests.locust_run import run_locust
 from loadtests.metrics import Slo, Summary, summarize
 from loadtests.profiles import RunProfiler, profiles_markdown, serving_processes
 from loadtests.rawvsapp_report import write_report
-from loadtests.referee import LogReferee, StatusReferee
+from loadtests.referee import LogReferee, StatusReferee, replica_log_paths
 from loadtests.servers import ServerError, ServerProcess
 from loadtests.sglang_client import ClientRun, run_sglang_client
 
@@ -72,6 +72,9 @@ class Point(Summary):
     engine_tok_s: float | None = None  # the engine's own decode tok/s over the window (the referee)
     window_start: float = 0.0  # epoch seconds
     engine_prompt_tokens: float | None = None  # prompt tokens per new request, as the engine saw them
+    engine_running: float | None = None  # mean requests running in the engine over the window
+    engine_queued: float | None = None  # mean requests waiting in the engine's queue (its log lines)
+    engine_log_tok_s: float | None = None  # the engine log's decode tok/s (the app: a second referee)
 
 
 class Bench:
@@ -101,8 +104,9 @@ class Bench:
         return a.app_levels.get(target) or (a.concurrency_on if spec == "on" else a.concurrency)
 
     def measure(
-        self, url: str, target: str, spec: str, server_pids: dict[str, int], referee: Any, replicas: int = 1
-    ) -> None:
+        self, url: str, target: str, spec: str, server_pids: dict[str, int], referee: Any, replicas: int = 1,
+        engine_log: LogReferee | None = None,
+    ) -> None:  # fmt: skip
         """One Locust run per streaming mode through every level; a Point per measured window."""
         a = self.args
         for stream in a.streams:
@@ -121,30 +125,36 @@ class Bench:
             )  # fmt: skip
             cfg = cfg.replace(shape=cfg.shape + f",spawn_rate={max(levels)}")
             run_dir = self.out / "runs" / f"{target}-{spec}-{'s' if stream else 'n'}"
-            profiler = None
-            if stream and a.profile_at in levels:
-                at = sum(lengths[: levels.index(a.profile_at)]) + a.settle
-                seconds = max(2.0, min(10.0, a.window - 2))
-                profiler = RunProfiler(server_pids, at, seconds, self.out / "profiles" / f"{target}-{spec}")
+            profilers: dict[int, RunProfiler] = {}
+            for c in a.profile_at if stream else []:
+                if c in levels:
+                    at = sum(lengths[: levels.index(c)]) + a.settle
+                    seconds = max(2.0, min(10.0, a.window - 2))
+                    out_dir = self.out / "profiles" / f"{target}-{spec}-c{c}"
+                    profilers[c] = RunProfiler(server_pids, at, seconds, out_dir)
+
             run = run_locust(
-                url, cfg, run_dir, processes=a.locust_processes, on_progress=profiler, progress_every=0.5
-            )
+                url, cfg, run_dir, processes=a.locust_processes, on_progress=_each(list(profilers.values())),
+                progress_every=0.5,
+            )  # fmt: skip
             level_start = run.t0
             for c, n, length in zip(levels, repeats, lengths, strict=True):
                 for k in range(n):
                     w0 = level_start + a.settle + k * a.window
-                    self.add_point(run.records, target, replicas, spec, stream, c, k, w0, referee)
+                    self.add_point(run.records, target, replicas, spec, stream, c, k, w0, referee, engine_log)
                 level_start += length
-            if profiler is not None:
-                title = f"{target}, speculation {spec}, c={a.profile_at} (streaming)"
+            for c, profiler in profilers.items():
+                title = f"{target}, speculation {spec}, c={c} (streaming)"
                 self.profiles.append(profiles_markdown(title, profiler.finish(), profiler.seconds))
             self.write()
 
     def add_point(
         self, records: list, target: str, replicas: int, spec: str, stream: bool, c: int, k: int,
-        w0: float, referee: Any,
+        w0: float, referee: Any, engine_log: LogReferee | None = None,
     ) -> None:  # fmt: skip
+        """One window; `engine_log` (the engine's scheduler log, when it logs) gives the batch and queue."""
         a = self.args
+        w1 = w0 + a.window
         s = summarize(records, w0, w0 + a.window, Slo(None, None))
         load = s.chunks_s / self.ceiling.chunks_s if (stream and self.ceiling) else None
         engine = referee.rate(w0, w0 + a.window) if referee is not None else None
@@ -152,11 +162,15 @@ class Bench:
             **asdict(s), target=target, replicas=replicas, speculation=spec, stream=stream, concurrency=c,
             client_load=load, repeat=k, engine_tok_s=engine, window_start=w0,
             engine_prompt_tokens=referee.prompt_tokens(w0, w0 + a.window) if referee is not None else None,
+            engine_running=(engine_log or referee).running(w0, w1) if (engine_log or referee) else None,
+            engine_queued=engine_log.queued(w0, w1) if engine_log is not None else None,
+            engine_log_tok_s=engine_log.rate(w0, w1) if engine_log is not None else None,
         )  # fmt: skip
         self.points.append(point)
         self.log(
             f"[rawvsapp] {target} speculation={spec} {'stream' if stream else 'plain'} c={c} window {k}: "
-            f"{s.output_tok_s:,.0f} tok/s (engine {engine or 0:,.0f}), {s.requests} requests done "
+            f"{s.output_tok_s:,.0f} tok/s (engine {engine or 0:,.0f}, batch {point.engine_running or 0:.0f}, "
+            f"queue {point.engine_queued or 0:.1f}), {s.requests} requests done "
             f"({s.errors} errors), TTFT p50 {s.ttft_p50_ms or 0:.1f} ms, TPOT p50 {s.tpot_p50_ms or 0:.2f} ms"
             + (f", client at {load:.0%} of its ceiling" if load is not None else "")
         )
@@ -208,7 +222,9 @@ class Bench:
                     client.probe(_model_id(a.config), api=a.api)
                 self.log(f"[rawvsapp] raw SGLang server up ({took:.0f} s waited, speculation {spec})")
                 referee = LogReferee(server.log_path)
-                self.measure(url, "raw", spec, serving_processes("raw", server.pid), referee)
+                self.measure(
+                    url, "raw", spec, serving_processes("raw", server.pid), referee, engine_log=referee
+                )
                 if spec == "off" and a.sglang_client:
                     self.run_sglang_client(url, referee)
                 return
@@ -236,8 +252,12 @@ class Bench:
                     client.probe(_model_id(a.config), api=a.api)
                 app_pid = launcher.proc.pid if launcher.proc is not None else None
                 referee = StatusReferee(url)
+                pids = serving_processes("app", app_pid)
+                # the replica's engine logs its decode lines into Ray's worker logs when the config's
+                # engine `log_level` is info (as SGLang's own server does): batch and queue from there
+                logs = replica_log_paths(pids.get("replica")) if replicas == 1 else []
                 try:
-                    self.measure(url, name, s, serving_processes("app", app_pid), referee, replicas)
+                    self.measure(url, name, s, pids, referee, replicas, LogReferee(logs) if logs else None)
                 finally:
                     referee.close()
         finally:
@@ -254,6 +274,16 @@ class Bench:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "results.json").write_text(json.dumps(data, indent=2))
         write_report(self.out / "report.md", data, self.profiles, self.notes, self.args.max_load)
+
+
+def _each(callbacks: list[RunProfiler]) -> Any:
+    """One progress callback calling each of `callbacks`."""
+
+    def call(now: float, records: list) -> None:
+        for callback in callbacks:
+            callback(now, records)
+
+    return call
 
 
 def _levels(text: str) -> list[int]:
@@ -335,7 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-load", type=float, default=0.7, help="largest client load (of its ceiling) reported"
     )
-    p.add_argument("--profile-at", type=int, help="profile the streaming point at this concurrency (py-spy)")
+    p.add_argument(
+        "--profile-at",
+        default="",
+        help="profile the streaming points at these concurrencies (py-spy), e.g. 128,256",
+    )
     p.add_argument("--ready-timeout", type=float, default=900.0)
     p.add_argument(
         "--start-raw-early",
@@ -356,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     args.streams = {"yes": [True], "no": [False], "both": [True, False]}[args.stream]
     args.plain_concurrency = _levels(args.plain_concurrency) if args.plain_concurrency else args.concurrency
     args.sglang_client = _levels(args.sglang_client)
+    args.profile_at = _levels(args.profile_at)
     args.plain_speculation = [x for x in args.plain_speculation.split(",") if x]
     try:
         args.repeats = {int(c): int(n) for c, _, n in (x.partition("=") for x in args.repeat.split(",") if x)}

@@ -41,6 +41,9 @@ def levels(points: list[dict[str, Any]]) -> dict[tuple[str, str, bool, int], dic
         mid["output_tok_s"] = statistics.median(p["output_tok_s"] for p in ranked)
         engines = [p["engine_tok_s"] for p in ranked if p.get("engine_tok_s") is not None]
         mid["engine_tok_s"] = statistics.median(engines) if engines else None
+        for field in ("engine_running", "engine_queued"):
+            values = [p[field] for p in ranked if p.get(field) is not None]
+            mid[field] = statistics.median(values) if values else None
         mid.update(windows=len(ranked), tok_min=ranked[0]["output_tok_s"], tok_max=ranked[-1]["output_tok_s"])
         out[key] = mid
     return out
@@ -83,7 +86,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
         body.append(
             [
                 r["concurrency"], _spread(raw), _spread(app), ratio, _f(raw["engine_tok_s"]), _f(app["engine_tok_s"]),
-                _f(raw["ttft_p50_ms"], "{:.1f}"), _f(app["ttft_p50_ms"], "{:.1f}"), _f(r["ttft_overhead_ms"], "{:+.1f}"),
+                _f(raw.get("engine_running"), "{:.0f}"), _f(app.get("engine_running"), "{:.0f}"),
+                _f(raw.get("engine_queued"), "{:.1f}"), _f(app.get("engine_queued"), "{:.1f}"), _f(raw["ttft_p50_ms"], "{:.1f}"), _f(app["ttft_p50_ms"], "{:.1f}"), _f(r["ttft_overhead_ms"], "{:+.1f}"),
                 _f(raw["ttft_p99_ms"], "{:.0f}"), _f(app["ttft_p99_ms"], "{:.0f}"), _f(raw["tpot_p50_ms"], "{:.2f}"),
                 _f(app["tpot_p50_ms"], "{:.2f}"), _f(raw["itl_p99_ms"], "{:.1f}"), _f(app["itl_p99_ms"], "{:.1f}"),
                 _f(r["client_load"], "{:.0%}"), f"{raw['errors']}/{app['errors']}",
@@ -91,7 +95,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
         )  # fmt: skip
     header = [
         "c", "raw tok/s (median, min-max)", "app tok/s (median, min-max)", "app/raw", "raw engine tok/s",
-        "app engine tok/s", "raw TTFT p50 ms", "app TTFT p50 ms", "TTFT Δ ms", "raw TTFT p99", "app TTFT p99",
+        "app engine tok/s", "raw engine batch", "app engine batch",
+        "raw engine queue", "app engine queue", "raw TTFT p50 ms", "app TTFT p50 ms", "TTFT Δ ms", "raw TTFT p99", "app TTFT p99",
         "raw TPOT p50 ms", "app TPOT p50 ms", "raw ITL p99 ms", "app ITL p99 ms", "client load", "errors raw/app",
     ]  # fmt: skip
     return markdown_table(header, body)
@@ -250,7 +255,10 @@ def write_report(
         f"{s['stagger']:g} s; per level {s['settle']:g} s to settle, then {s['window']:g}-s windows "
         "(tokens counted by arrival). raw = `sglang.launch_server` with the replica's engine arguments "
         "(plain engine for speculation off, EAGLE-3 for on); app variants = `specflip serve` with their "
-        "config, speculation set by operator override.",
+        "config, speculation set by operator override. Engine batch and queue: the mean `#running-req` "
+        "and `#queue-req` of the engine's decode lines in the window (the app's from its replica's Ray "
+        "worker log when its engine logs at info; else the batch its replica reports): the same batch "
+        "on both targets with fewer tokens means a slower engine, a smaller batch an engine fed less.",
         "",
         f"Client ceiling: {ceiling:,.0f} chunks/s (calibrated); a point above {max_load:.0%} of it is client-bound."
         if ceiling

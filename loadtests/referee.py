@@ -19,11 +19,17 @@ the path to it) is the bottleneck and its number is not the server's.
   its engine rate read 1.17-1.65x low while the engine's token count matched the client's within
   4%). A whole client run is refereed by `tokens` instead: the tokens its lines count (40 x n_i)
   over the client's own duration. `prompt_tokens` reads the prefill lines: the prompt tokens per
-  new request the engine saw, i.e. which workload a client actually sent.
+  new request the engine saw, i.e. which workload a client actually sent. `running` is the mean
+  `#running-req` of the lines stamped in a window: the batch the engine was fed.
 - `StatusReferee`: the app. Each replica reports its engine's cumulative `generated_tokens` with
   its tick (`/specflip/status`, `engine.generated_tokens`); a thread polls the status and keeps (time the
   report was made, count) per replica; the rate over a window is the interpolated count at its
-  end minus at its start, summed over replicas.
+  end minus at its start, summed over replicas. `running` is the mean of the running requests the
+  replicas reported in a window, summed over replicas.
+
+A client whose server path delivers late (a late first token, a stream's end seen late) holds
+fewer requests in the engine at the same concurrency: `running` beside the raw server's at the
+same c shows whether an engine made fewer tokens because it was slower or because it was fed less.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import httpx
 
 from loadtests.hosts import HostBoundUrls
 
-__all__ = ["LogReferee", "StatusReferee", "decode_lines", "prefill_lines"]
+__all__ = ["LogReferee", "StatusReferee", "decode_lines", "prefill_lines", "queue_lines", "replica_log_paths"]
 
 _DECODE = re.compile(
     r"\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s+Decode batch[^,]*, "
@@ -49,6 +55,10 @@ _PREFILL = re.compile(
     r"\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s+Prefill batch[^,]*, "
     r"#new-seq:\s*(?P<seqs>\d+), #new-token:\s*(?P<new>\d+), #cached-token:\s*(?P<cached>\d+)"
 )
+_QUEUE = re.compile(
+    r"\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s+Decode batch[^\n]*?#queue-req:\s*(?P<queue>\d+)"
+)
+RAY_LOGS = Path("/tmp/ray/session_latest/logs")  # where Ray writes its workers' stdout / stderr
 DECODE_LOG_INTERVAL = 40  # SGLang's default `decode_log_interval`: decode steps per decode-batch line
 
 
@@ -61,6 +71,19 @@ def prefill_lines(text: str) -> list[tuple[float, int, int]]:
     return [
         (_stamp(m["time"]), int(m["seqs"]), int(m["new"]) + int(m["cached"])) for m in _PREFILL.finditer(text)
     ]
+
+
+def queue_lines(text: str) -> list[tuple[float, int]]:
+    """(epoch seconds, requests waiting in the engine's queue) of every decode-batch line."""
+    return [(_stamp(m["time"]), int(m["queue"])) for m in _QUEUE.finditer(text)]
+
+
+def replica_log_paths(pid: int | None, logs: Path = RAY_LOGS) -> list[Path]:
+    """The Ray worker log files of process `pid` (a Serve replica): its engine's scheduler, a child
+    process, writes its decode and prefill lines there (with the engine's `log_level` at info)."""
+    if pid is None or not logs.is_dir():
+        return []
+    return sorted(p for p in logs.glob(f"worker-*-{pid}.*") if p.suffix in (".out", ".err"))
 
 
 def decode_lines(text: str) -> list[tuple[float, int, float]]:
@@ -81,17 +104,22 @@ def _tokens_over_time(lines: list[tuple[int, float]]) -> float | None:
 
 
 class LogReferee:
-    """Decode tok/s of SGLang's own server from its log file."""
+    """Decode tok/s of an SGLang engine from its scheduler's log: SGLang's own server's log file, or
+    the Ray worker logs of an app replica (several files: read as one)."""
 
-    def __init__(self, log_path: Path, log_interval: int = DECODE_LOG_INTERVAL) -> None:
-        self.log_path = log_path
+    def __init__(self, log_path: Path | list[Path], log_interval: int = DECODE_LOG_INTERVAL) -> None:
+        self.log_paths = [log_path] if isinstance(log_path, Path) else list(log_path)
+        self.log_path = self.log_paths[0] if self.log_paths else None
         self.log_interval = log_interval
 
     def _text(self) -> str | None:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return None
+        texts = []
+        for path in self.log_paths:
+            try:
+                texts.append(path.read_text(errors="replace"))
+            except OSError:
+                continue
+        return "\n".join(texts) if texts else None
 
     def tokens(self, start: float, end: float) -> int | None:
         """Decode tokens the lines stamped in [start, end] count (`log_interval` steps of n requests
@@ -115,6 +143,30 @@ class LogReferee:
         inside = [(n, k) for t, n, k in prefill_lines(text) if int(start) <= t <= int(end)]
         seqs = sum(n for n, _ in inside)
         return sum(k for _, k in inside) / seqs if seqs else None
+
+    def running(self, start: float, end: float, wait_s: float = 10.0) -> float | None:
+        """Mean `#running-req` over the decode lines stamped in [start, end]; a window too short for a
+        line of its own gets the first line after it (as `rate`). None if there is none."""
+        text = self._text()
+        if text is None:
+            return None
+        lines = decode_lines(text)
+        inside = [n for t, n, _ in lines if int(start) <= t <= int(end)]
+        if not inside:
+            inside = [n for t, n, _ in lines if int(end) < t < int(end) + wait_s][:1]
+        return sum(inside) / len(inside) if inside else None
+
+    def queued(self, start: float, end: float, wait_s: float = 10.0) -> float | None:
+        """Mean `#queue-req` (requests waiting for a prefill) over the decode lines stamped in [start, end];
+        a window without a line of its own gets the first line after it (as `rate`)."""
+        text = self._text()
+        if text is None:
+            return None
+        lines = queue_lines(text)
+        inside = [q for t, q in lines if int(start) <= t <= int(end)]
+        if not inside:
+            inside = [q for t, q in lines if int(end) < t < int(end) + wait_s][:1]
+        return sum(inside) / len(inside) if inside else None
 
     def rate(self, start: float, end: float, wait_s: float = 10.0) -> float | None:
         """Mean gen throughput of the lines stamped in [start, end) (to whole seconds); a window too
@@ -141,6 +193,7 @@ class StatusReferee:
         self._urls = HostBoundUrls(base_url)
         self._every_s = every_s
         self._samples: dict[str, list[tuple[float, int]]] = {}
+        self._running: dict[str, list[tuple[float, int]]] = {}  # (report time, running requests)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="status-referee", daemon=True)
@@ -166,6 +219,10 @@ class StatusReferee:
                         at = asked - float(age)
                         if not series or at > series[-1][0]:
                             series.append((at, count))
+                            if isinstance(r.get("running"), int):
+                                self._running.setdefault(str(r.get("replica_id")), []).append(
+                                    (at, r["running"])
+                                )
                 self._stop.wait(self._every_s)
 
     def rate(self, start: float, end: float, wait_s: float = 5.0) -> float | None:
@@ -188,6 +245,17 @@ class StatusReferee:
                 return None
             total += b - a
         return total / (end - start)
+
+    def running(self, start: float, end: float) -> float | None:
+        """Mean running requests the replicas reported in [start, end], summed over replicas."""
+        with self._lock:
+            series = [[n for t, n in s if start <= t <= end] for s in self._running.values()]
+        means = [sum(s) / len(s) for s in series if s]
+        return sum(means) if means else None
+
+    def queued(self, start: float, end: float) -> float | None:
+        """None: the replicas report no queue (`LogReferee` reads it from the engine's log)."""
+        return None
 
     def prompt_tokens(self, start: float, end: float) -> float | None:
         """None: the replicas report no prompt counts (LogReferee reads them from SGLang's log)."""

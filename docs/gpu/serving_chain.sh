@@ -6,7 +6,9 @@
 #
 #   setsid nohup bash docs/gpu/serving_chain.sh "$PWD" > /tmp/persist/chain.log 2>&1 < /dev/null &
 #
-# and poll with `OUT=$OUT bash docs/gpu/serving_poll.sh SECONDS`.
+# and poll with `OUT=$OUT bash docs/gpu/serving_poll.sh SECONDS`. Start it only once install.sh has
+# returned, and not at the end of an `a && b && setsid ... &` list: `&` backgrounds the whole list,
+# install included, and the device command's end then kills the install (seen 2026-12-02).
 #
 # - One at a time: a second start while one runs refuses (a lock in the results folder).
 # - Resumable: a step that finished leaves STEP.done and is skipped when the chain starts again; a
@@ -87,12 +89,20 @@ if [ -n "${CHAIN_ARRIVALS:-}" ]; then
   # shellcheck disable=SC2086  # a list of words
   step arrivals python3 -m loadtests.bench.engine_arrivals --config "$CONFIG" --out "$R/arrivals" $CHAIN_ARRIVALS || exit 1
 fi
+# this host's compiled kernels, for the next fresh host (see CHAIN_JIT); packed after the first step
+# that started engines too, so a lease that ends during rawvsapp still brings them back
+pack_jit() {
+  [ -d "$FI_CACHE" ] || return 0
+  mkdir -p "$R/jit" && tar czf "$R/jit/flashinfer-cache.tgz.tmp" -C "$(dirname "$FI_CACHE")" flashinfer &&
+    mv "$R/jit/flashinfer-cache.tgz.tmp" "$R/jit/flashinfer-cache.tgz"
+  if [ -n "${TVM_FFI_CACHE_DIR:-}" ] && [ -d "$TVM_FFI_CACHE_DIR" ]; then
+    tar czf "$R/jit/tvmffi-cache.tgz.tmp" -C "$(dirname "$TVM_FFI_CACHE_DIR")" "$(basename "$TVM_FFI_CACHE_DIR")" &&
+      mv "$R/jit/tvmffi-cache.tgz.tmp" "$R/jit/tvmffi-cache.tgz"
+  fi
+  log "JIT caches packed into $R/jit"
+}
+[ -n "${CHAIN_ARRIVALS:-}" ] && pack_jit
 # shellcheck disable=SC2086  # ARGS is a list of words
 step rawvsapp python3 -m loadtests.rawvsapp --config "$CONFIG" --out "$R/rawvsapp" $ARGS || exit 1
-# this host's compiled kernels, for the next fresh host (see CHAIN_JIT)
-if [ -d "$FI_CACHE" ]; then
-  mkdir -p "$R/jit" && tar czf "$R/jit/flashinfer-cache.tgz" -C "$(dirname "$FI_CACHE")" flashinfer
-  [ -n "${TVM_FFI_CACHE_DIR:-}" ] && [ -d "$TVM_FFI_CACHE_DIR" ] && tar czf "$R/jit/tvmffi-cache.tgz" -C "$(dirname "$TVM_FFI_CACHE_DIR")" "$(basename "$TVM_FFI_CACHE_DIR")"
-  log "JIT caches packed into $R/jit"
-fi
+pack_jit
 log "all done: $R/rawvsapp/report.md"

@@ -1,19 +1,21 @@
 """The engine alone under serving-like arrivals: SGLang's plain engine vs specflip held OFF
-(warm_kv, cold) and ON, one engine at a time, the same requests for each.
+(warm_kv, cold, and warm_kv with upstream's draft prefill) and ON, one engine at a time, the same
+requests for each.
 
     python -m loadtests.bench.engine_arrivals --config deployments/examples/h200-dummy8b-serving.yaml \\
         --concurrency 64,128,256 --out out/arrivals
 
-Why: through the app, a replica held OFF delivered 0.81-0.91x SGLang's plain server while the same
-path carried ON at 1.03-1.13x SGLang's EAGLE-3 server, the engines' own counts agreeing with the
-client (docs/benchmarks.md, second H200 serving run): the gap is in the OFF engine under arrivals,
-which the OFF-cost bench (one batch, its prefill up front) does not exercise. This bench drives each
+Why: through the app, a replica held OFF delivered less than SGLang's plain server at the same
+batch (docs/benchmarks.md, "Serving at engine speed"), while the OFF-cost bench (one batch, its
+prefill up front) showed OFF decoding at plain speed: this measures the engines under arrivals. This bench drives each
 engine in process, without HTTP or tokenizer (token ids in, `skip_tokenizer_init`), with c
 closed-loop users that each send `--requests-per-user` requests one after another: prompts of
 `--input-len` token ids, output lengths uniform in output-len x [1-s, 1+s] (ignore_eos), so
-prefills join a running decode batch as they do when serving. Output tok/s = the tokens the engine
-returned over the level's wall time (ramp-up and tail included, the same for every engine, so the
-ratios compare). Each engine gets the config's engine arguments (`deployments.engine.engine_kwargs`,
+prefills join a running decode batch as they do when serving. Requests are streamed; the steady
+output tok/s counts the tokens that arrived from `--settle` s after a level's start until its last
+request was sent (every user in flight, the batch held); the run's tok/s is every token over the
+level's wall time, ramp-up and tail included (the first H200 run of this bench reported only that:
+its batch averaged 164 at c=256, so it said little about a held batch). Each engine gets the config's engine arguments (`deployments.replica.engine.engine_kwargs`,
 `replicas.env` set first); plain drops every `speculative_*` argument, as `loadtests.raw_sglang`
 does. Greedy outputs are compared with the plain engine's: token-identical in fp32 on CPU; in bf16
 a near-tie can differ (counted, not failed). Writes results.json and report.md to --out.
@@ -21,112 +23,67 @@ a near-tie can differ (counted, not failed). Writes results.json and report.md t
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
-import os
-import random
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-__all__ = ["VARIANTS", "closed_loop", "in_process_kwargs", "main", "make_requests", "prepare_process"]
+from loadtests.bench.inprocess import (
+    bench_parser,
+    closed_loop,
+    in_process_kwargs,
+    make_requests,
+    prepare_process,
+    streamed,
+    write_outputs,
+)
 
-VARIANTS = ("plain", "on", "off_warm_kv", "off_cold")  # specflip variants share one engine
+__all__ = ["VARIANTS", "WARMUP_TOKENS", "main"]
+
+# specflip variants share one engine; off_draft_prefill = warm_kv with upstream's draft forward at every
+# prefill (OffPrefill.DRAFT_FORWARD: how OFF prefilled before the OFF prefill wrote the draft K/V itself)
+VARIANTS = ("plain", "on", "off_warm_kv", "off_draft_prefill", "off_cold")
+WARMUP_TOKENS = 16  # per request of a level's warm-up (one request per user, before the level)
 
 
 def log(msg: str) -> None:
     print(f"[engine-arrivals {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def make_requests(
-    users: int, per_user: int, input_len: int, output_len: int, spread: float, vocab: int, seed: int = 0
-) -> list[tuple[list[int], int]]:
-    """(prompt token ids, max_new_tokens) per request; the same for every engine given the seed."""
-    rng = random.Random(seed * 7919 + users)
-    lo, hi = max(1, round(output_len * (1 - spread))), round(output_len * (1 + spread))
-    return [
-        ([rng.randrange(10, vocab) for _ in range(input_len)], rng.randint(lo, hi))
-        for _ in range(users * per_user)
-    ]
-
-
-async def _drive(engine: Any, requests: list[tuple[list[int], int]], users: int) -> list[list[int]]:
-    pending = list(enumerate(requests))[::-1]
-    outputs: list[list[int]] = [[] for _ in requests]
-
-    async def user() -> None:
-        while pending:
-            i, (ids, n) = pending.pop()
-            params = {"max_new_tokens": n, "temperature": 0, "ignore_eos": True}
-            out = await engine.async_generate(input_ids=ids, sampling_params=params)
-            outputs[i] = list(out["output_ids"])
-
-    await asyncio.gather(*(user() for _ in range(users)))
-    return outputs
-
-
-def closed_loop(
-    engine: Any, requests: list[tuple[list[int], int]], users: int
-) -> tuple[list[list[int]], float]:
-    """Run `requests` with `users` in flight at a time; (outputs in request order, wall seconds)."""
-    t0 = time.perf_counter()
-    outputs = engine.loop.run_until_complete(_drive(engine, requests, users))
-    return outputs, time.perf_counter() - t0
-
-
-def _level(engine: Any, requests: list[tuple[list[int], int]], users: int) -> dict[str, Any]:
-    closed_loop(engine, [(ids, 4) for ids, _ in requests[:users]], users)  # warm-up at this batch size
-    outputs, seconds = closed_loop(engine, requests, users)
-    tokens = sum(len(o) for o in outputs)
+def _level(engine: Any, requests: list[tuple[list[int], int]], users: int, settle_s: float) -> dict[str, Any]:
+    """One level: tok/s over the whole run, and over the steady window (tokens that arrived from
+    `settle_s` after the start until the last request was sent, while all `users` were in flight)."""
+    closed_loop(engine, [(ids, WARMUP_TOKENS) for ids, _ in requests[:users]], users)  # warm-up at this batch
+    run = streamed(engine, requests, users)
+    seconds = run.ended - run.started
+    tokens = sum(len(o) for o in run.outputs)
+    w0, w1 = run.started + settle_s, run.drained
+    steady = run.tokens_between(w0, w1) / (w1 - w0) if w1 > w0 else None
+    ttfts = sorted(1e3 * s.ttft_s for s in run.streams if s.ttft_s is not None and w0 <= s.sent < w1)
     return {
+        "ttft_p50_ms": round(ttfts[len(ttfts) // 2], 2) if ttfts else None,
+        "ttft_p99_ms": round(ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))], 2) if ttfts else None,
         "tokens": tokens,
         "seconds": round(seconds, 3),
         "tok_s": round(tokens / seconds, 1),
-        "outputs": outputs,
+        "steady_tok_s": None if steady is None else round(steady, 1),
+        "steady_s": round(max(0.0, w1 - w0), 3),
+        "outputs": run.outputs,
     }
 
 
-def prepare_process(config: Any) -> int:
-    """Set this process up to start the config's engines (`replicas.env`, e.g. SGLANG_SIMULATE_ACC_LEN,
-    read when a scheduler starts; the CPU shim before sglang's kernels load); the model's vocab size."""
-    from deployments.config import Device
-
-    os.environ.update(config.replicas.env)
-    if config.engine.device is Device.CPU:
-        from loadtests.rawvsapp import CPU_ENV
-        from patched_worker.cpu.shim import enable
-
-        os.environ.update(CPU_ENV)
-        enable()
-    from transformers import AutoConfig
-
-    return int(AutoConfig.from_pretrained(config.model.path).vocab_size)
-
-
-def in_process_kwargs(config: Any, speculative: bool) -> dict[str, Any]:
-    """The config's engine keywords, token ids in and out (no tokenizer); without the draft if not
-    `speculative` (as `loadtests.raw_sglang --speculation off`)."""
-    from deployments.engine import engine_kwargs
-
-    kw = engine_kwargs(config)
-    if not speculative:
-        kw = {k: v for k, v in kw.items() if not k.startswith("speculative_")}
-    kw["skip_tokenizer_init"] = True
-    return kw
-
-
-def _run_plain(config: Any, levels: dict[int, list[tuple[list[int], int]]]) -> dict[int, dict[str, Any]]:
+def _run_plain(
+    config: Any, levels: dict[int, list[tuple[list[int], int]]], settle_s: float
+) -> dict[int, dict[str, Any]]:
     import sglang
 
     engine = sglang.Engine(**in_process_kwargs(config, speculative=False))
     try:
         out = {}
         for c, requests in levels.items():
-            out[c] = _level(engine, requests, c)
+            out[c] = _level(engine, requests, c, settle_s)
             log(
-                f"plain c={c}: {out[c]['tok_s']:,.0f} tok/s ({out[c]['tokens']} tokens, {out[c]['seconds']} s)"
+                f"plain c={c}: {_steady(out[c])} tok/s steady, {out[c]['tok_s']:,.0f} over the run "
+                f"({out[c]['tokens']} tokens, {out[c]['seconds']} s)"
             )
         return out
     finally:
@@ -134,10 +91,10 @@ def _run_plain(config: Any, levels: dict[int, list[tuple[list[int], int]]]) -> d
 
 
 def _run_specflip(
-    config: Any, levels: dict[int, list[tuple[list[int], int]]], variants: list[str]
+    config: Any, levels: dict[int, list[tuple[list[int], int]]], variants: list[str], settle_s: float
 ) -> dict[str, dict[int, dict[str, Any]]]:
     from patched_worker.engine import SpecFlipEngine
-    from patched_worker.state import Strategy, SwitchConfig
+    from patched_worker.state import OffPrefill, Strategy, SwitchConfig
 
     s = config.speculation
     switch = SwitchConfig(strategy=s.strategy, start_enabled=True, allow_cold=True)
@@ -147,24 +104,42 @@ def _run_specflip(
         for variant in variants:
             engine.set_speculation(variant == "on")
             if variant != "on":
-                engine.set_strategy(Strategy(variant.removeprefix("off_")))
+                strategy = "warm_kv" if variant == "off_draft_prefill" else variant.removeprefix("off_")
+                engine.set_strategy(Strategy(strategy))
+                engine.set_off_prefill(
+                    OffPrefill.DRAFT_FORWARD if variant == "off_draft_prefill" else OffPrefill.KV_WRITE
+                )
             out[variant] = {}
             for c, requests in levels.items():
-                before = engine.get_speculation_state().generated_tokens
-                r = _level(engine, requests, c)
+                before = engine.get_speculation_state()
+                r = _level(engine, requests, c, settle_s)
                 state = engine.get_speculation_state()
                 # its own count: tokens decode steps committed (the warm-up's included, first tokens made
                 # by prefill not; ON may count a verify's tokens past max_new_tokens that are then cut)
-                r["engine_tokens"] = state.generated_tokens - before
+                r["engine_tokens"] = state.generated_tokens - before.generated_tokens
+                steps = state.decode_steps - before.decode_steps
+                if steps:  # steady decode steps (those right after a prefill left out): batch and step time
+                    r["decode_batch"] = round((state.decode_requests - before.decode_requests) / steps, 1)
+                    r["decode_step_ms"] = round(
+                        1e3 * (state.decode_seconds - before.decode_seconds) / steps, 3
+                    )
+                r["off_prefills"] = state.off_prefills - before.off_prefills
                 r["strategy"] = state.strategy.value
                 r["enabled"] = state.enabled
                 out[variant][c] = r
                 log(
-                    f"specflip {variant} c={c}: {r['tok_s']:,.0f} tok/s ({r['tokens']} tokens, {r['seconds']} s)"
+                    f"specflip {variant} c={c}: {_steady(r)} tok/s steady, {r['tok_s']:,.0f} over the run "
+                    f"({r['tokens']} tokens, {r['seconds']} s; "
+                    f"steady step {r.get('decode_step_ms', 0)} ms at batch {r.get('decode_batch', 0)}, "
+                    f"{r['off_prefills']} OFF prefills)"
                 )
         return out
     finally:
         engine.shutdown()
+
+
+def _steady(r: dict[str, Any]) -> str:
+    return "-" if r.get("steady_tok_s") is None else f"{r['steady_tok_s']:,.0f}"
 
 
 def _report(results: dict[str, Any]) -> str:
@@ -176,9 +151,13 @@ def _report(results: dict[str, Any]) -> str:
         "",
         f"{results['started']}. Config `{results['config']}`; {results['requests_per_user']} requests per "
         f"user, prompts of {results['input_len']} token ids, output lengths {results['output_len']} x "
-        f"[{1 - results['spread']:g}, {1 + results['spread']:g}] (ignore_eos), greedy. Output tok/s over "
-        "each level's wall time; x = over the plain engine at the same level; identical = requests whose "
-        "output equals the plain engine's, token for token.",
+        f"[{1 - results['spread']:g}, {1 + results['spread']:g}] (ignore_eos), greedy, streamed. Output tok/s "
+        f"in the steady window (tokens that arrived from {results.get('settle', 0):g} s after a level's start "
+        "until its last request was sent, every user in flight), and over the level's whole run (ramp-up "
+        "and tail included); x = over the plain engine at the same level; identical = requests whose "
+        "output equals the plain engine's, token for token; step = the engine's mean steady decode step "
+        "(steps right after a prefill left out) and its mean batch; TTFT p50 of the requests sent in the "
+        "steady window.",
         "",
         header,
         "|---:|" + "---|" * len(variants),
@@ -190,26 +169,27 @@ def _report(results: dict[str, Any]) -> str:
             if r is None:
                 cells.append("")
                 continue
-            cell = f"{r['tok_s']:,.0f}"
+            cell = f"{_steady(r)} ({r['tok_s']:,.0f} run)"
             if base and v != "plain":
-                cell += f" ({r['tok_s'] / base['tok_s']:.3f}x, identical {r['identical']}/{r['requests']})"
+                if r.get("steady_tok_s") and base.get("steady_tok_s"):
+                    cell += f", {r['steady_tok_s'] / base['steady_tok_s']:.3f}x steady"
+                cell += f", {r['tok_s'] / base['tok_s']:.3f}x run, identical {r['identical']}/{r['requests']}"
+            if r.get("decode_step_ms") is not None:
+                cell += f"; step {r['decode_step_ms']:.2f} ms at batch {r['decode_batch']:.0f}"
+            if r.get("ttft_p50_ms") is not None:
+                cell += f"; TTFT p50 {r['ttft_p50_ms']:.0f} ms"
             cells.append(cell)
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m loadtests.bench.engine_arrivals", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--config", type=Path, required=True, help="specflip config (its engine arguments)")
-    p.add_argument("--concurrency", default="64,128,256")
+    p = bench_parser("loadtests.bench.engine_arrivals", __doc__, "64,128,256", "out/engine_arrivals")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--requests-per-user", type=int, default=4)
-    p.add_argument("--input-len", type=int, default=128)
-    p.add_argument("--output-len", type=int, default=128)
-    p.add_argument("--output-spread", type=float, default=0.5)
-    p.add_argument("--out", type=Path, default=Path("out/engine_arrivals"))
+    p.add_argument(
+        "--settle", type=float, default=2.0, help="seconds after a level starts before its steady window"
+    )
     a = p.parse_args(argv)
     variants = [v for v in a.variants.split(",") if v]
     if set(variants) - set(VARIANTS) or not variants:
@@ -228,16 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S"), "config": str(a.config), "concurrency": concurrency,
         "requests_per_user": a.requests_per_user, "input_len": a.input_len, "output_len": a.output_len,
-        "spread": a.output_spread, "runs": {},
+        "spread": a.output_spread, "settle": a.settle, "runs": {},
     }  # fmt: skip
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     if "plain" in variants:
         log("plain engine: starting")
-        runs["plain"] = _run_plain(config, levels)
+        runs["plain"] = _run_plain(config, levels, a.settle)
     spec = [v for v in VARIANTS if v in variants and v != "plain"]
     if spec:
         log(f"specflip engine: starting ({', '.join(spec)})")
-        runs.update(_run_specflip(config, levels, spec))
+        runs.update(_run_specflip(config, levels, spec, a.settle))
     plain_outputs = {c: r["outputs"] for c, r in runs.get("plain", {}).items()}
     for variant, by_c in runs.items():
         for c, r in by_c.items():
@@ -245,10 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             r["requests"] = len(outputs)
             r["identical"] = None if base is None else sum(o == b for o, b in zip(outputs, base, strict=True))
         results["runs"][variant] = {str(c): r for c, r in by_c.items()}
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "results.json").write_text(json.dumps(results, indent=1))
-    (a.out / "report.md").write_text(_report(results))
-    log(f"done: {a.out / 'report.md'}")
+    log(f"done: {write_outputs(a.out, results, _report(results))}")
     return 0
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.referee import LogReferee, decode_lines, prefill_lines
+from loadtests.referee import LogReferee, decode_lines, prefill_lines, queue_lines, replica_log_paths
 
 LINES = """\
 [2026-12-01 10:00:01 TP0] Prefill batch, #new-seq: 4, #new-token: 512, #cached-token: 0
@@ -95,3 +95,38 @@ def test_prompt_tokens_per_request_read_from_the_prefill_lines(tmp_path: Path) -
     assert referee.prompt_tokens(_t("10:00:04"), _t("10:00:09")) == pytest.approx(128.0)  # new + cached
     assert referee.prompt_tokens(_t("10:00:06"), _t("10:00:09")) is None  # no prefill line there
     assert referee.tokens(_t("10:00:09"), _t("10:00:10")) is None
+
+
+def test_running_is_the_mean_batch_of_the_lines_in_a_window(tmp_path: Path) -> None:
+    log = tmp_path / "raw.log"
+    log.write_text(AFTER_IDLE)
+    referee = LogReferee(log)
+    assert referee.running(_t("10:00:00"), _t("10:00:08")) == pytest.approx((1 + 3 * 128) / 4)
+    assert referee.running(_t("10:00:06"), _t("10:00:08")) == pytest.approx(128.0)
+    # none inside: the next line after the window
+    assert referee.running(_t("10:00:02"), _t("10:00:04")) == pytest.approx(128.0)
+    assert referee.running(_t("10:00:09"), _t("10:00:10")) is None
+
+
+def test_queue_and_several_log_files(tmp_path: Path) -> None:
+    """An app replica's engine logs into two Ray worker files (.out, .err): read as one."""
+    (tmp_path / "a.out").write_text(LINES)
+    (tmp_path / "a.err").write_text(AFTER_IDLE)
+    referee = LogReferee([tmp_path / "a.out", tmp_path / "a.err"])
+    assert queue_lines(LINES) == [(_t("10:00:02"), 0), (_t("10:00:03"), 3), (_t("10:00:09"), 0)]
+    assert referee.queued(_t("10:00:02"), _t("10:00:03")) == pytest.approx(1.5)
+    assert referee.running(_t("10:00:06"), _t("10:00:09")) == pytest.approx(128.0)
+    assert LogReferee([tmp_path / "missing.err"]).queued(_t("10:00:02"), _t("10:00:03")) is None
+
+
+def test_replica_log_paths_are_the_workers_out_and_err(tmp_path: Path) -> None:
+    for name in (
+        "worker-ab-01000000-4242.out",
+        "worker-ab-01000000-4242.err",
+        "worker-cd-01000000-14242.err",
+    ):
+        (tmp_path / name).write_text("")
+    (tmp_path / "python-core-worker-ab_4242.log").write_text("")
+    got = [p.name for p in replica_log_paths(4242, tmp_path)]
+    assert got == ["worker-ab-01000000-4242.err", "worker-ab-01000000-4242.out"]
+    assert replica_log_paths(None, tmp_path) == [] and replica_log_paths(4242, tmp_path / "none") == []

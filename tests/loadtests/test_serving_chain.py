@@ -26,7 +26,7 @@ CHAIN = ROOT / "docs" / "gpu" / "serving_chain.sh"
 EXAMPLE = ROOT / "deployments" / "examples" / "cpu-tiny-1replica.yaml"
 ARGS = (
     "--speculation off,on --concurrency 1,2 --repeat 2=2 --window 3 --settle 1 --stream both "
-    "--plain-concurrency 2 --plain-speculation off --sglang-client 2 --output-len 24 --profile-at 2 "
+    "--plain-concurrency 2 --plain-speculation off --sglang-client 2 --output-len 24 --profile-at 1,2 "
     "--start-raw-early"
 )
 
@@ -37,7 +37,8 @@ def _run_chain(tmp: Path, config: Path, timeout: float = 900) -> subprocess.Comp
         CHAIN_RESULTS=str(tmp / "results"),
         CHAIN_CONFIG=str(config),
         CHAIN_RAWVSAPP=ARGS,
-        CHAIN_ARRIVALS="--concurrency 2 --requests-per-user 2 --input-len 12 --output-len 10 --variants plain,off_warm_kv",
+        CHAIN_ARRIVALS="--concurrency 2 --requests-per-user 2 --input-len 12 --output-len 10 --settle 0 "
+        "--variants plain,off_warm_kv,off_draft_prefill",
         CHAIN_ENV_SH=str(tmp / "no-bundle-here"),
         CHAIN_JIT=str(tmp / "no-jit-here"),  # a checkout's .gpu-jit holds GPU kernels: not for this host
         PATH=f"{Path(sys.executable).parent}:{env['PATH']}",  # python3 = this interpreter
@@ -50,6 +51,7 @@ def _run_chain(tmp: Path, config: Path, timeout: float = 900) -> subprocess.Comp
 def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  # noqa: ANN001
     cfg = yaml.safe_load(EXAMPLE.read_text())
     cfg["model"].update(path=model_pair.target, draft_path=model_pair.draft)
+    cfg["engine"]["extra"]["log_level"] = "info"  # as the GPU config: the app's engine logs its batches
     config = tmp_path / "cpu.yaml"
     config.write_text(yaml.safe_dump(cfg))
 
@@ -71,6 +73,9 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
     for p in points:
         assert p["errors"] == 0 and p["output_tok_s"] > 0, p
         assert p["engine_tok_s"] is not None and p["engine_tok_s"] > 0, p  # the referee saw every window
+        assert p["engine_running"] is not None and p["engine_running"] > 0, p  # and the batch it was fed
+        # the engine's own log lines, the app's read from its replica's Ray worker log
+        assert p["engine_queued"] is not None and p["engine_log_tok_s"] is not None, p
     (client,) = data["client_runs"]
     assert client["concurrency"] == 2 and client["output_tok_s"] > 0 and client["engine_tok_s"] > 0
     assert client["engine_tokens"] > 0
@@ -94,15 +99,24 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
         ", 2 windows)",  # the repeated level shows its spread
         "the raw servers were started with the app and idled beside it",
         "### raw, speculation off, c=2 (streaming)",
+        "### raw, speculation off, c=1 (streaming)",
         "### app, speculation on, c=2 (streaming)",
         "| http+tokenizer |",
         "| replica |",
         "| haproxy |",
+        "| raw engine batch | app engine batch | raw engine queue | app engine queue |",
     ):
         assert line in report, line
     assert (results / "rawvsapp.done").exists()
     arrivals = json.loads((results / "arrivals" / "results.json").read_text())["runs"]  # the engines alone
-    assert set(arrivals) == {"plain", "off_warm_kv"} and arrivals["off_warm_kv"]["2"]["identical"] == 4
+    assert set(arrivals) == {"plain", "off_warm_kv", "off_draft_prefill"}
+    for variant in ("off_warm_kv", "off_draft_prefill"):
+        assert arrivals[variant]["2"]["identical"] == 4, (variant, arrivals[variant])
+    # OFF prefills skip the draft forward under warm_kv; the comparison variant keeps it
+    assert (
+        arrivals["off_warm_kv"]["2"]["off_prefills"] > 0
+        and arrivals["off_draft_prefill"]["2"]["off_prefills"] == 0
+    )
     assert (results / "arrivals.done").exists()
     assert "rawvsapp: rc=0" in (results / "progress.log").read_text()
 

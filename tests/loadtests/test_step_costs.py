@@ -11,12 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from loadtests.bench.step_costs import KEYS, fit_line, measured_crossover
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "deployments" / "examples" / "cpu-tiny-1replica.yaml"
 
 
 def test_fit_line_recovers_a_line_and_never_a_falling_or_free_step() -> None:
@@ -45,16 +43,14 @@ def test_measured_crossover(ratios: dict[int, float], want: float | None) -> Non
 
 @pytest.mark.engine
 @pytest.mark.slow
-def test_step_costs_end_to_end_on_cpu_writes_a_config_the_app_loads(tmp_path: Path, model_pair) -> None:  # noqa: ANN001
+def test_step_costs_end_to_end_on_cpu_writes_a_config_the_app_loads(
+    tmp_path: Path, tiny_config: Path
+) -> None:
     from deployments.config import load_config
 
-    cfg = yaml.safe_load(EXAMPLE.read_text())
-    cfg["model"].update(path=model_pair.target, draft_path=model_pair.draft)
-    config = tmp_path / "cpu.yaml"
-    config.write_text(yaml.safe_dump(cfg))
     out, fitted_cfg = tmp_path / "out", tmp_path / "fitted.yaml"
     argv = [
-        sys.executable, "-m", "loadtests.bench.step_costs", "--config", str(config), "--batches", "1,2,4",
+        sys.executable, "-m", "loadtests.bench.step_costs", "--config", str(tiny_config), "--batches", "1,2,4",
         "--requests-per-user", "1", "--input-len", "12", "--output-len", "24", "--out", str(out),
         "--write-config", str(fitted_cfg),
     ]  # fmt: skip
@@ -69,7 +65,7 @@ def test_step_costs_end_to_end_on_cpu_writes_a_config_the_app_loads(tmp_path: Pa
     fitted = data["fitted"]
     assert set(fitted) == set(KEYS) and all(math.isfinite(v) for v in fitted.values())
     assert fitted["on_step_base_s"] > 0 and fitted["off_step_base_s"] > 0
-    assert 1 <= data["crossover_predicted"] <= cfg["engine"].get("max_running_requests", 128)
+    assert 1 <= data["crossover_predicted"] <= load_config(str(tiny_config)).engine.max_running_requests
     policy = load_config(str(fitted_cfg)).policy  # the written config is one the app takes
     for k in KEYS:
         assert getattr(policy, k) == pytest.approx(fitted[k], rel=1e-5), k
