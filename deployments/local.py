@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployments.client import SpecflipClient
-from deployments.config import POLICY_NAMESPACE, SpecFlipConfig, serve_env
+from deployments.config import POLICY_NAMESPACE, ConfigError, SpecFlipConfig, serve_env
 
 __all__ = ["APP_NAME", "LocalApp", "run_local", "wait_until"]
 
@@ -90,6 +90,8 @@ def run_local(
             p for p in (worker_pythonpath, os.environ.get("PYTHONPATH")) if p
         )
     host, port = host or config.serve.host, port or config.serve.port
+    if not os.environ.get("RAY_ADDRESS"):  # a cluster joined may hold the port with its own Serve proxy
+        _check_port_free(host, port)
     if num_cpus is None and not os.environ.get("RAY_ADDRESS"):
         num_cpus = int(config.replicas.count * config.replicas.num_cpus) + 1
     started = time.monotonic()
@@ -133,6 +135,26 @@ def run_local(
             tick_s=config.replicas.tick_s,
         )
         _stop_haproxy(haproxy_dir)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port another process holds before Ray starts (Serve's HAProxy would fail to bind it
+    a minute later, with a traceback)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as HAProxy binds: TIME_WAIT is no hold
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise PortInUse(
+                f"cannot serve on {host}:{port}: {e.strerror or e} (pick another with --port)"
+            ) from e
+
+
+class PortInUse(ConfigError):
+    """The app's HTTP port is taken (exit 2 from the CLI, like a bad config)."""
 
 
 _HAPROXY_PICKED = "SPECFLIP_HAPROXY_PICKED"  # "<pid> <key> ...": what _haproxy_env set, and in which process

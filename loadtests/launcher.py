@@ -178,6 +178,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+BIND_ATTEMPTS = 3
+# what the app's log says when its HTTP port is held: specflip's own check, Serve's HAProxy, uvicorn
+BIND_FAILED = ("cannot serve on", "Address already in use", "error while attempting to bind")
+
+
 class CommandLauncher:
     """Starts the app with a shell command per config; kills its process group on stop."""
 
@@ -211,6 +216,7 @@ class CommandLauncher:
         self.config: str | None = None
         self.url = ""
         self._log_path: Path | None = None
+        self._log_start = 0  # where the current start's lines begin in its log
 
     def command(self, spec: VariantSpec, port: int) -> str:
         return (
@@ -227,7 +233,20 @@ class CommandLauncher:
             )
         if self.proc is None or self.proc.poll() is not None or self.config != spec.config:
             self.stop()
-            self._launch(spec)
+            for attempt in range(BIND_ATTEMPTS):
+                try:
+                    self._launch(spec)
+                    break
+                except LauncherError:
+                    # a port picked free can be taken before the app binds it (Ray's own ports are
+                    # picked the same way): another free one, unless the port was given
+                    if self.port is not None or attempt + 1 == BIND_ATTEMPTS or not self._bind_failed():
+                        raise
+                    self.stop()  # whatever the failed start left running
+                    self.log(
+                        f"[launch] variant={variant.value}: {self.url} was taken before the app bound it; "
+                        "again on another port"
+                    )
         with SpecflipClient(self.url, self.token, timeout=10.0) as client:
             _apply_override(client, spec, self.log)
         return self.url
@@ -239,6 +258,7 @@ class CommandLauncher:
         log_dir = self.log_dir or Path(".")
         log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = log_dir / f"launch-{spec.variant.value}.log"
+        self._log_start = self._log_path.stat().st_size if self._log_path.exists() else 0
         self.log(f"[launch] variant={spec.variant.value} $ {cmd}  (log: {self._log_path})")
         with self._log_path.open("ab") as fh:
             self.proc = subprocess.Popen(
@@ -246,6 +266,15 @@ class CommandLauncher:
             )
         self.config = spec.config
         self._wait_ready(spec)
+
+    def _bind_failed(self) -> bool:
+        """Whether the last start's own log lines (the log is appended to) say its port was held."""
+        if self._log_path is None or not self._log_path.exists():
+            return False
+        with self._log_path.open("rb") as fh:
+            fh.seek(self._log_start)
+            text = fh.read().decode(errors="replace")
+        return any(sign in text for sign in BIND_FAILED)
 
     def _tail(self, n: int = 20) -> str:
         if self._log_path is None or not self._log_path.exists():

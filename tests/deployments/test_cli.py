@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,19 @@ def test_bench_and_eval_delegate_lazily_or_say_they_are_missing(capsys: pytest.C
         )
     else:  # evaluate's own check answers before any engine starts
         _one_line_error(capsys, ["models", "eval", "--pair", "/nowhere"], "no model pair in /nowhere", code=2)
+
+
+def test_a_held_port_exits_2_before_ray_starts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        config = tmp_path / "c.yaml"
+        config.write_text("model: {path: /nonexistent-model}\nserve: {host: 127.0.0.1}\n")
+        t0 = time.monotonic()
+        _one_line_error(
+            capsys,
+            ["serve", "--config", str(config), "--port", str(port)],
+            f"cannot serve on 127.0.0.1:{port}",
+        )
+        assert time.monotonic() - t0 < 30  # refused up front: no Ray, no engine

@@ -182,6 +182,41 @@ def test_command_launcher_reports_an_early_exit_with_the_log_tail(tmp_path: Path
         launcher.start(Variant.DYNAMIC)
 
 
+def test_command_launcher_takes_another_port_when_the_app_could_not_bind(tmp_path: Path) -> None:
+    """The first start finds its port taken (HAProxy's line), the second runs: one variant, two ports."""
+    marker = tmp_path / "tried"
+    template = (
+        f"if [ ! -e {marker} ]; then touch {marker}; echo 'boot on {{port}}'; "
+        "echo 'cannot bind socket (Address already in use) for [0.0.0.0:{port}]'; exit 1; fi; "
+        f"exec {shlex.quote(sys.executable)} {shlex.quote(str(STANDIN))} --port {{port}} --mode {{config}} "
+        f"--token {TOKEN}"
+    )
+    logs: list[str] = []
+    launcher = CommandLauncher(template, token=TOKEN, specs=SPECS, log_dir=tmp_path, log=logs.append)
+    try:
+        url = launcher.start(Variant.ON)
+        assert any("was taken before the app bound it; again on another port" in line for line in logs), logs
+        assert {r["mode"] for r in SpecflipClient(url, TOKEN).replicas()} == {"on"}
+        first_port = (tmp_path / "launch-on.log").read_text().split("boot on ")[1].split()[0]
+        assert urlsplit(url).port != int(first_port)
+    finally:
+        launcher.stop()
+
+
+def test_command_launcher_keeps_a_given_port_and_other_failures_final(tmp_path: Path) -> None:
+    held = "echo 'boot'; echo 'cannot bind socket (Address already in use)'; exit 1"
+    given = CommandLauncher(held, token=TOKEN, specs=SPECS, port=8123, log_dir=tmp_path, log=lambda _: None)
+    with pytest.raises(LauncherError, match="Address already in use"):
+        given.start(Variant.ON)
+    assert (tmp_path / "launch-on.log").read_text().count("boot") == 1  # the user's port: no second try
+    other = CommandLauncher(
+        "echo 'boot'; exit 3", token=TOKEN, specs=SPECS, log_dir=tmp_path, log=lambda _: None
+    )
+    with pytest.raises(LauncherError, match="exited with code 3"):
+        other.start(Variant.OFF)
+    assert (tmp_path / "launch-off.log").read_text().count("boot") == 1
+
+
 def test_command_launcher_times_out_and_kills(tmp_path: Path) -> None:
     launcher = CommandLauncher(
         "sleep 60", specs=SPECS, token=TOKEN, ready_timeout=1.0, log_dir=tmp_path, log=lambda _: None

@@ -65,9 +65,14 @@ def sweep(model_pair, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, l
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         rc = main(argv)
-    print(buf.getvalue()[-3000:])
-    assert rc == 0, buf.getvalue()[-4000:]
-    return out, variants, buf.getvalue()
+    log = buf.getvalue()
+    print(log[-3000:])
+    # a failed variant's reason (with its app log's tail) sits mid-log: show it before the tail
+    failed = [i for i, line in enumerate(log.splitlines()) if "failed" in line]
+    lines = log.splitlines()
+    why = "\n".join("\n".join(lines[i : i + 25]) for i in failed[:2])
+    assert rc == 0, f"{why}\n...\n{log[-2000:]}"
+    return out, variants, log
 
 
 def test_every_point_measured_with_exact_token_counts(sweep: tuple[Path, list[str], str]) -> None:
