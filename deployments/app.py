@@ -25,9 +25,9 @@ from deployments.config import (
     load_config,
     serve_env,
 )
-from deployments.engine import EngineFactory, build_specflip_engine
 from deployments.ray_compat import direct_streaming_app
-from deployments.server import SpecFlipServer
+from deployments.replica.engine import EngineFactory, build_specflip_engine
+from deployments.replica.server import SpecFlipServer
 
 __all__ = [
     "CPU_ENV",
@@ -42,7 +42,7 @@ __all__ = [
 
 CONFIG_ENV = "SPECFLIP_CONFIG"
 # the replica deployment's request router (an import path: Serve imports it where handles route)
-ROUTER_CLASS = "deployments.router.SpecFlipRouter"
+ROUTER_CLASS = "deployments.routing.router.SpecFlipRouter"
 # what every process that builds a CPU engine needs before sglang's kernels load (patched_worker.cpu)
 CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
 # Ray Serve's throughput settings, in the replicas (which serve the HTTP app and the engine's
@@ -109,7 +109,7 @@ def _runtime_env(config: SpecFlipConfig) -> dict[str, Any] | None:
 
 
 def assemble(config: SpecFlipConfig, *, engine_factory: EngineFactory = build_specflip_engine) -> Application:
-    """The application: SpecFlipServer x replicas.count, each serving the API itself (deployments.direct)
+    """The application: SpecFlipServer x replicas.count, each serving the API itself (deployments.replica.http_app)
     behind Serve's HAProxy, which asks Ray's ingress request router (LLMRouter, routing through the
     replicas' request router) for a replica per request."""
     _require_direct_streaming_env(config)

@@ -6,7 +6,7 @@ with it, the tests talk to the app through it. Every request goes to a path unde
 was made with (paths are checked, redirects are not followed), so a client never reaches another
 host. Locust's users send the measured load through Locust's own session (loadtests/users.py).
 
-Status format (`GET /specflip/status`, deployments.control.status_document):
+Status format (`GET /specflip/status`, deployments.http.control.status_document):
 `{"replicas": [{"replica_id", "mode", "desired_mode", "running", "waiting", "accept_length",
 "flips", "patched", "override", "policy_source", "stale", ...}], "expected_replicas": n,
 "policy": {...}}`. An app without the specflip API (e.g. SGLang's own `speculative_adaptive`)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from deployments.routing_settings import RoutingSettings
+from deployments.routing.settings import RoutingSettings
 from deployments.settings_fields import setting_fields, setting_names
 from patched_worker.state import Strategy, SwitchConfig
 from policy.types import PolicyConfig, Rule
@@ -291,7 +291,7 @@ class ServeSettings(_Frozen):
             )
         return data
 
-    # a request's whole cost, bounded before anything tokenizes it (deployments.limits)
+    # a request's whole cost, bounded before anything tokenizes it (deployments.http.limits)
     max_body_bytes: int = Field(
         default=16 * 1024 * 1024,
         ge=64 * 1024,

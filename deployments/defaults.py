@@ -1,7 +1,7 @@
 """The embedded CPU default: 2 CPU replicas of the tiny trained pair, with a policy band that
 flips at CPU-sized loads. `specflip demo` and `serve run deployments.app:app` (without
 $SPECFLIP_CONFIG) use it. Building the pair is tooling (`specflip models build`,
-patched_worker.models); this module only finds an existing build.
+loadtests.models); this module only finds an existing build.
 """
 
 from __future__ import annotations

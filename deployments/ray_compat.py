@@ -82,7 +82,7 @@ check_ray_version()
 #   `build_openai_app` with RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1, which cannot bind a server class's
 #   constructor arguments. Goes when ray.serve.llm has a direct-streaming builder taking bind kwargs.
 # - PrefixTree: the multi-tenant radix tree of Ray's own PrefixCacheAffinityRouter, which the
-#   request router (deployments.router) keeps in its own process for prefix-cache affinity (Ray's
+#   request router (deployments.routing.router) keeps in its own process for prefix-cache affinity (Ray's
 #   router keeps it in a detached actor and calls it with a blocking ray.get per request).
 #   ray.serve.llm.request_router exports the router, not the tree. Goes when the tree is public.
 from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E402
@@ -107,7 +107,7 @@ from ray.serve.context import _get_serve_request_context  # noqa: E402
 # - _get_serve_request_context: the internal request id of the request a replica is handling; a
 #   handle call made while handling it carries the same id to the request router
 #   (`RequestMetadata.internal_request_id`), so the ingress can find where its router sent it
-#   (deployments.routing_journal). Ray 2.60's public request context has no internal id (the
+#   (deployments.routing.journal). Ray 2.60's public request context has no internal id (the
 #   public request_id can be set by clients, so it can collide). Goes when Serve exposes the
 #   replica a DeploymentResponse was routed to.
 

@@ -62,7 +62,7 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     from deployments.defaults import cpu_demo_config, default_pair_dir
-    from patched_worker.models.build import PairSpec, build_pair
+    from loadtests.models.build import PairSpec, build_pair
 
     if args.high_clients < 1 or min(args.phase_s) <= 0:
         raise ConfigError("--high-clients and every --phase-s must be positive")
@@ -71,7 +71,7 @@ def _demo(args: argparse.Namespace) -> int:
     config = cpu_demo_config((paths.target, paths.draft), serve={"port": args.port})
     from deployments.local import run_local
     from loadtests.demo import drive, format_report
-    from policy.sim.trace import Phase
+    from loadtests.sim.trace import Phase
 
     low, high, low2 = args.phase_s
     phases = (
@@ -91,13 +91,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _models(args: argparse.Namespace) -> int:
     if args.models_command == "build":
-        from patched_worker.models.build import PairSpec, build_pair
+        from loadtests.models.build import PairSpec, build_pair
 
         paths = build_pair(args.out, PairSpec(seed=args.seed), log=progress)
         progress(f"pair ready: target {paths.target}, draft {paths.draft}")
         return 0
     if args.models_command == "shapes":
-        from patched_worker.models.shapes import write_shapes
+        from loadtests.models.dummy8b import write_shapes
 
         target, draft = write_shapes(args.out, args.tokenizer_from)
         progress(f"8B shapes (load_format dummy): target {target}, draft {draft}")

@@ -21,7 +21,7 @@ import httpx
 from deployments.client import SpecflipClient
 from deployments.local import LocalApp
 from loadtests.metrics import percentile
-from policy.sim.trace import Phase
+from loadtests.sim.trace import Phase
 
 __all__ = ["DEFAULT_PHASES", "DemoReport", "ModeChange", "PhaseResult", "drive", "format_report"]
 

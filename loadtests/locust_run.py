@@ -19,7 +19,7 @@ from pathlib import Path
 
 from loadtests.config import LoadConfig
 from loadtests.records import RequestRecord
-from policy.sim.trace import Phase
+from loadtests.sim.trace import Phase
 
 __all__ = ["LOCUSTFILE", "LocustError", "LocustRun", "RecordTail", "locust_command", "run_locust"]
 

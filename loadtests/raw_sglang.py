@@ -4,7 +4,7 @@
     python -m loadtests.raw_sglang --config my.yaml --port 30000 --speculation off   # no draft
 
 The baseline the app is measured against (`loadtests.rawvsapp`): what a user would run
-instead of specflip. The keyword arguments `deployments.engine.engine_kwargs` builds for a
+instead of specflip. The keyword arguments `deployments.replica.engine.engine_kwargs` builds for a
 replica are turned into `python -m sglang.launch_server` flags through SGLang's own argument
 parser (so a renamed or removed flag fails here, loudly), printed, and SGLang's
 `launch_server` module runs with them in this process. `--speculation off` drops the draft
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         from patched_worker.cpu.shim import enable
 
         enable()
-    from deployments.engine import engine_kwargs
+    from deployments.replica.engine import engine_kwargs
 
     kw = engine_kwargs(config)
     if args.speculation == "off":  # the same engine arguments without the draft (attention backend kept)

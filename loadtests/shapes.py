@@ -8,7 +8,7 @@ Shapes are written as short specs (the CLI and the locustfile use the same ones)
     transition:low=2,high=32,low_s=30,high_s=60,tail_s=30    # low -> high -> low
     poisson:rate=4,users=64,duration=60                      # open loop, 4 req/s
 
-A schedule is a sequence of `Phase`s (`policy.sim.trace.Phase`, the one load-phase type, shared
+A schedule is a sequence of `Phase`s (`loadtests.sim.trace.Phase`, the one load-phase type, shared
 with the simulator and `specflip demo`) run back to back. `Schedule.tick(t)` answers what
 Locust's `LoadTestShape.tick()` wants at run time `t`: (users, spawn_rate), or None when the
 test is over. Users are spawned at `spawn_rate` per second (Locust stops users at that rate
@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from policy.sim.trace import Phase
+from loadtests.sim.trace import Phase
 
 __all__ = ["Phase", "PoissonPacer", "Schedule", "ShapeError", "parse_shape", "phase_bounds"]
 

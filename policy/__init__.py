@@ -3,7 +3,7 @@
 Pure (no ray/torch/sglang): types, state, costmodel, reports, rules (`decide`), fleet (the
 actor's memory), metrics. The Ray shell is `policy.actor` (SpeculationPolicy, PolicyClient,
 get_or_create_policy_actor); it is not imported here so that `import policy` never pulls in Ray.
-`policy.sim` is the fleet simulator (pure too): tooling, which serving code never imports.
+`loadtests.sim` is the fleet simulator (pure too): tooling, which serving code never imports.
 """
 
 from policy.rules import decide
@@ -12,7 +12,6 @@ from policy.types import (
     ClientDecision,
     Decision,
     DecisionSource,
-    EngineReport,
     FleetStatus,
     LoadMetric,
     Observation,
@@ -28,7 +27,6 @@ __all__ = [
     "ClientDecision",
     "Decision",
     "DecisionSource",
-    "EngineReport",
     "FleetStatus",
     "LoadMetric",
     "Observation",

@@ -123,6 +123,7 @@ class FleetView:
                     reason=decision.reason,
                     policy_source=obs.policy_source,
                     engine=obs.engine,
+                    control_timeouts=obs.control_timeouts,
                 )
             )
         window = list(self._decision_s)

@@ -4,7 +4,7 @@ Per-replica gauges are produced at scrape time from the actor's status (a custom
 collector), so they cost nothing per tick and an expired replica's series simply stop.
 Modes are gauges with 1 = ON, 0 = OFF (the usual Prometheus encoding of a two-state value).
 The `specflip_engine_*` families are each replica's engine switch state as it reported it
-(`EngineReport`); the actor only passes them on.
+(`patched_worker.state.SpeculationState`, as the replica reported it); the actor only passes them on.
 """
 
 from __future__ import annotations
@@ -114,10 +114,12 @@ def _engine_families(replicas: tuple[ReplicaStatus, ...]) -> Iterator[Metric]:
         e, key = r.engine, [r.replica_id]
         if e is None:
             continue
-        graphs.add_metric([r.replica_id, e.off_cuda_graphs_reason], 1.0 if e.off_cuda_graphs else 0.0)
+        graphs.add_metric([r.replica_id, e.off_cuda_graphs_note], 1.0 if e.off_cuda_graphs else 0.0)
         if e.off_cuda_graphs_bytes is not None:
             graph_bytes.add_metric(key, e.off_cuda_graphs_bytes)
-        strategy.add_metric([r.replica_id, e.strategy, e.strategy_configured or e.strategy], 1.0)
+        strategy.add_metric(
+            [r.replica_id, e.strategy.value, (e.strategy_configured or e.strategy).value], 1.0
+        )
         fallback.add_metric(key, 1.0 if e.strategy_fallback else 0.0)
         toggles.add_metric(key, e.toggles)
         resyncs.add_metric(key, e.resyncs)
@@ -128,7 +130,7 @@ def _engine_families(replicas: tuple[ReplicaStatus, ...]) -> Iterator[Metric]:
         steps.add_metric([r.replica_id, "on"], e.on_steps)
         steps.add_metric([r.replica_id, "off"], e.off_steps)
         tokens.add_metric(key, e.generated_tokens)
-        timeouts.add_metric(key, e.control_timeouts)
+        timeouts.add_metric(key, r.control_timeouts)
     yield from (graphs, graph_bytes, strategy, fallback, toggles, resyncs, timed, resync_s, last_resync)
     yield from (steps, tokens, timeouts)
 

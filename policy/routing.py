@@ -19,7 +19,7 @@ publishes (`ReplicaStats`, its mode and load) and the clock passed in:
    prefix (`affinity`, found by the router) gets a rank of its own ahead of the rest, unless
    it carries more than `affinity_max_gap` requests beyond that mode's least-loaded replica.
 
-`deployments.router.SpecFlipRouter` is the shell that runs this inside Ray Serve.
+`deployments.routing.router.SpecFlipRouter` is the shell that runs this inside Ray Serve.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class ReplicaStats:
 @dataclass(frozen=True)
 class RoutingConfig:
     """How `rank` orders replicas. The fields declared with `setting` are also keys of the app
-    config's `routing` section (deployments.routing_settings), described there by these texts."""
+    config's `routing` section (deployments.routing.settings), described there by these texts."""
 
     stale_after_s: float = setting(
         2.0, "Stats older than this on any replica: the router falls back to power of two (> 0)."

@@ -10,14 +10,16 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the engine's own record, passed through for operators (a plain dataclass)
+    from patched_worker.state import SpeculationState
 
 __all__ = [
     "ClientDecision",
     "ClientState",
     "Decision",
     "DecisionSource",
-    "EngineReport",
     "FleetStatus",
     "LoadMetric",
     "Observation",
@@ -102,30 +104,6 @@ class UnknownReplicaError(LookupError):
 
 
 @dataclass(frozen=True, slots=True)
-class EngineReport:
-    """The engine's switch state as its replica reports it every tick: for operators (status,
-    metrics); the rules never read it. Plain copies of `SpeculationState` fields
-    (docs/patched_worker.md), strategies as their names, plus the replica's own control-call count."""
-
-    strategy: str  # draft upkeep in force while OFF, after any fallback
-    strategy_configured: str | None  # what the config (or the last set_strategy) asked for
-    strategy_fallback: str  # why `strategy` differs from `strategy_configured`; "" when it does not
-    off_cuda_graphs: bool  # OFF steps replay plain DECODE CUDA graphs
-    off_cuda_graphs_reason: str  # why not, when they do not ("" otherwise)
-    off_cuda_graphs_bytes: int | None  # device memory the OFF graphs took (None: no graphs)
-    toggles: int  # flips the engine applied
-    resyncs: int  # decode-mode draft resyncs launched
-    resyncs_timed: int  # resyncs whose duration is known
-    resync_ms_total: float  # their summed duration
-    last_resync_ms: float | None  # the last timed one (None: none yet)
-    on_steps: int  # decode steps run with speculation
-    off_steps: int  # decode steps run as a plain decode (resync steps included)
-    control_timeouts: int = 0  # control calls (state reads, switches) of the replica that timed out
-    sglang_version: str = ""
-    generated_tokens: int = 0  # tokens decode steps committed since the engine started, both modes
-
-
-@dataclass(frozen=True, slots=True)
 class Observation:
     """What a replica reports every tick. (slots: compact, so a tick over 1000 of them stays in cache.)
 
@@ -152,7 +130,10 @@ class Observation:
     override: Override | None = None
     # where the mode the replica ran since its last report came from (None: no answer yet)
     policy_source: DecisionSource | None = None
-    engine: EngineReport | None = None  # switch state for operators; None for an unpatched engine
+    # the engine's switch state as its scheduler reported it (its step trace left out), for operators
+    # (status, metrics); the rules never read it. None for an unpatched engine
+    engine: SpeculationState | None = None
+    control_timeouts: int = 0  # this replica's control calls to its engine that timed out
     interactive: int = 0  # latency-class requests in flight on the replica (class routing)
 
 
@@ -359,7 +340,8 @@ class ReplicaStatus:
     stale: bool
     reason: str
     policy_source: DecisionSource | None = None  # as the replica last reported it
-    engine: EngineReport | None = None  # as the replica last reported it
+    engine: SpeculationState | None = None  # as the replica last reported it
+    control_timeouts: int = 0  # as the replica last reported it
 
 
 @dataclass(frozen=True)

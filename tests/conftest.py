@@ -21,7 +21,7 @@ MODELS_DIR = os.environ.get("SPECFLIP_MODELS", os.path.join(REPO, "models", "tin
 @pytest.fixture(scope="session")
 def model_pair():
     """(target, draft) directories of the tiny pair; builds it (minutes) only if the cache is missing."""
-    from patched_worker.models.build import build_pair
+    from loadtests.models.build import build_pair
 
     return build_pair(MODELS_DIR, log=lambda line: print(line, flush=True))
 

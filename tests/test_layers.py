@@ -1,12 +1,12 @@
 """The import graph is the architecture (docs/architecture.md, "Layers"): serving code never imports
-the tooling, and the tooling depends on the product, not the reverse.
+the tooling, the tooling depends on the product, not the reverse, and inside `deployments/` each
+folder is one process's part of a request's way and imports only what lies below it.
 
-Serving = every module of deployments/, policy/ and patched_worker/ except the tooling inside
-them: the simulator (policy/sim/) and model building (patched_worker/models/). Tooling =
-loadtests/ (load harness, benchmarks, demo, the CLI's tooling subcommands), policy.sim,
-patched_worker.models. Every import counts, including those inside functions, and so do module
-names passed as strings (importlib). The CLI reaches the tooling's subcommands through the
-`specflip.commands` entry point only.
+Serving = every module of deployments/, policy/ and patched_worker/. Tooling = loadtests/ (load
+harness, benchmarks, demo, the fleet simulator `loadtests.sim`, model building `loadtests.models`,
+the CLI's tooling subcommands). Every import counts, including those inside functions and under
+TYPE_CHECKING, and so do module names passed as strings (importlib). The CLI reaches the tooling's
+subcommands through the `specflip.commands` entry point only.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("deployments", "policy", "patched_worker")
-TOOLING = ("loadtests", "policy.sim", "patched_worker.models")
-_TOOLING_NAME = re.compile(r"^(loadtests|policy\.sim|patched_worker\.models)(\.\w+)*$")
+TOOLING = ("loadtests",)
+_MODULE_NAME = re.compile(r"^(loadtests|deployments)(\.\w+)+$")  # a module named in a string
 
 
 def _module(path: Path) -> str:
@@ -33,7 +33,7 @@ def _is_tooling(module: str) -> bool:
 
 
 PRODUCT_MODULES = sorted(_module(p) for pkg in PRODUCT for p in (ROOT / pkg).rglob("*.py"))
-SERVING = [m for m in PRODUCT_MODULES if not _is_tooling(m)]
+SERVING = PRODUCT_MODULES
 
 
 def _imports(module: str) -> list[tuple[str, int, bool]]:
@@ -53,21 +53,93 @@ def _imports_in(path: Path) -> list[tuple[str, int, bool]]:
             found += [(f"{node.module}.{a.name}", node.lineno, id(node) in top) for a in node.names]
             found.append((node.module, node.lineno, id(node) in top))
         elif (
-            isinstance(node, ast.Constant) and isinstance(node.value, str) and _TOOLING_NAME.match(node.value)
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and _MODULE_NAME.match(node.value.split(":")[0])
         ):
-            found.append((node.value, node.lineno, False))  # importlib.import_module("...") and the like
+            found.append(
+                (node.value.split(":")[0], node.lineno, False)
+            )  # importlib.import_module("...") and the like
     return found
 
 
+# deployments/: folder -> the folders and modules of deployments/ it must not import. The floor
+# (config, its settings, the Ray compat layer, the CPU default, the HTTP client) sits under every
+# folder; the top (app, local, cli) assembles them.
+FLOOR = ("deployments.config", "deployments.settings_fields", "deployments.ray_compat", "deployments.defaults",
+         "deployments.client", "deployments.routing.settings")  # fmt: skip
+FORBIDDEN = {
+    # the LLMRouter process: ranks replicas from their stats, holds no API and no engine
+    "deployments.routing": (
+        "deployments.http",
+        "deployments.replica",
+        "deployments.app",
+        "deployments.local",
+    ),
+    # the API edge: request checks, refusals, handlers; reaches the engine only through the server it is handed
+    "deployments.http": (
+        "deployments.replica",
+        "deployments.routing.router",
+        "deployments.app",
+        "deployments.local",
+    ),
+    # the replica process around its engine: takes the class from the request, never the router's code
+    "deployments.replica": ("deployments.routing.router", "deployments.app", "deployments.local"),
+}
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _folder_of(module: str) -> str | None:
+    if module in FLOOR:
+        return "floor"
+    return next((f for f in FORBIDDEN if _under(module, f)), None)
+
+
 def test_the_layers_cover_the_packages() -> None:
-    assert {"deployments.app", "deployments.server", "policy.rules", "patched_worker.install"} <= set(SERVING)
-    assert {"policy.sim.run", "patched_worker.models.build"} <= set(PRODUCT_MODULES) - set(SERVING)
+    assert {"deployments.app", "deployments.replica.server", "policy.rules", "patched_worker.install"} <= set(
+        SERVING
+    )
+    assert not any(_under(m, "loadtests") for m in SERVING)
+    folders = {_folder_of(m) for m in SERVING if _under(m, "deployments")}
+    assert folders == {None, "floor", "deployments.http", "deployments.replica", "deployments.routing"}
 
 
 @pytest.mark.parametrize("module", SERVING)
 def test_serving_module_imports_no_tooling(module: str) -> None:
     bad = sorted({f"{name} (line {line})" for name, line, _ in _imports(module) if _is_tooling(name)})
     assert not bad, f"{module} (serving) imports tooling: {bad}"
+
+
+@pytest.mark.parametrize("module", [m for m in SERVING if _folder_of(m) is not None])
+def test_each_deployments_folder_imports_only_what_lies_below_it(module: str) -> None:
+    folder = _folder_of(module)
+    if folder == "floor":
+        banned: tuple[str, ...] = tuple(f for f in FORBIDDEN) + ("deployments.app", "deployments.local")
+        allowed = FLOOR
+    else:
+        assert folder is not None
+        banned, allowed = FORBIDDEN[folder], ()
+    bad = sorted(
+        {f"{name} (line {line})" for name, line, _ in _imports(module)
+         if any(_under(name, b) for b in banned) and not any(_under(name, a) for a in allowed)}
+    )  # fmt: skip
+    assert not bad, f"{module} ({folder}) imports {bad}"
+
+
+def test_no_two_serving_modules_share_a_name_unless_one_concept_in_two_layers() -> None:
+    """Where a name repeats, the folder says the layer: the engine's and the replica's `engine`, the
+    HTTP edge's and the engine's `errors` and `control`, the API's and the policy's `metrics`."""
+    same_concept = {"engine", "errors", "control", "metrics", "state", "__init__"}
+    by_name: dict[str, list[str]] = {}
+    for m in SERVING:
+        path = ROOT / (m.replace(".", "/") + ".py")
+        name = path.stem if path.exists() else "__init__"
+        by_name.setdefault(name, []).append(m)
+    repeated = {n: ms for n, ms in by_name.items() if len(ms) > 1 and n not in same_concept}
+    assert not repeated, repeated
 
 
 def test_the_cli_gets_the_tooling_subcommands_from_the_entry_point() -> None:
@@ -80,29 +152,27 @@ def test_the_cli_gets_the_tooling_subcommands_from_the_entry_point() -> None:
     assert {"serve", "demo", "models", "bench"} <= set(commands)
 
 
-@pytest.mark.parametrize("module", PRODUCT_MODULES)
-def test_product_packages_never_import_the_load_harness(module: str) -> None:
-    """The simulator and model building live in product packages: they may use the product, not loadtests."""
-    bad = sorted({name for name, _, _ in _imports(module) if name.split(".")[0] == "loadtests"})
-    assert not bad, f"{module} imports {bad}"
-
-
 def test_the_walk_sees_imports_inside_functions_and_by_name(tmp_path: Path) -> None:
     """A fake module with each kind of import the checks must catch (failure injection)."""
     fake = tmp_path / "fake_serving_module.py"
     fake.write_text(
         "import importlib\n"
-        "from policy import sim\n\n"
+        "from loadtests import sim\n\n"
         "def late():\n"
         "    from loadtests.sweep import main\n"
-        "    import policy.sim.run\n"
-        "    return importlib.import_module('patched_worker.models.build'), main, policy, sim\n"
+        "    import loadtests.sim.run\n"
+        "    from deployments.routing.router import SpecFlipRouter\n"
+        "    cls = 'deployments.routing.router:SpecFlipRouter'\n"
+        "    return importlib.import_module('loadtests.models.build'), main, sim, cls\n"
     )
-    found = {(name, top) for name, _, top in _imports_in(fake) if _is_tooling(name)}
-    assert found == {
-        ("policy.sim", True),
+    found = {(name, top) for name, _, top in _imports_in(fake)}
+    assert {
+        ("loadtests", True),
+        ("loadtests.sim", True),
         ("loadtests.sweep", False),
         ("loadtests.sweep.main", False),
-        ("policy.sim.run", False),
-        ("patched_worker.models.build", False),
-    }
+        ("loadtests.sim.run", False),
+        ("loadtests.models.build", False),
+        ("deployments.routing.router", False),
+    } <= found
+    assert any(_under(n, "deployments.routing.router") for n, _ in found)

@@ -52,9 +52,9 @@ def evaluate_pair(
 ) -> EvalResult:
     from transformers import AutoTokenizer
 
+    from loadtests.models.build import pair_paths
+    from loadtests.models.corpus import held_out_prompts
     from patched_worker.cpu import shim
-    from patched_worker.models.build import pair_paths
-    from patched_worker.models.corpus import held_out_prompts
 
     shim.enable()
     from patched_worker.engine import SpecFlipEngine, cpu_engine_kwargs

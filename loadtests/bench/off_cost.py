@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 
-from patched_worker.models.shapes import write_shapes
+from loadtests.models.dummy8b import write_shapes
 
 __all__ = ["main"]
 

@@ -36,7 +36,7 @@ def log(msg: str) -> None:
 
 def _long_context_shapes(root: str) -> tuple[str, str]:
     """8B-shaped target and draft directories whose configs allow the longest context measured."""
-    from patched_worker.models.shapes import write_shapes
+    from loadtests.models.dummy8b import write_shapes
 
     target, draft = write_shapes(os.path.join(root, "shapes"))
     for path in (target, draft):
@@ -257,8 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     a.modes = a.modes.split(",")
     os.makedirs(a.out, exist_ok=True)
     if a.cpu:
+        from loadtests.models.build import build_pair
         from patched_worker.cpu import shim
-        from patched_worker.models.build import build_pair
 
         shim.enable()
         pair = build_pair(os.environ.get("SPECFLIP_MODELS", "models/tiny"), log=log)

@@ -1,4 +1,4 @@
-"""The fleet simulator's report (`policy.sim`): per-phase metrics, the markdown table, the plots, the CLI:
+"""The fleet simulator's report (`loadtests.sim`): per-phase metrics, the markdown table, the plots, the CLI:
 
     python -m loadtests.bench.policy_sim --out docs/                 # the three scenarios, 8 replicas
     python -m loadtests.bench.policy_sim --out docs/ --calibration measured.csv
@@ -21,9 +21,9 @@ import numpy as np
 
 from loadtests.markdown import table
 from loadtests.metrics import percentile
-from policy.sim import SimConfig, SimPolicy, SimResult, simulate
-from policy.sim.model import EngineModel, default_model, load_calibration
-from policy.sim.trace import ClosedLoop, Phase, Trace, low_high_low, sticky_users
+from loadtests.sim import SimConfig, SimPolicy, SimResult, simulate
+from loadtests.sim.model import EngineModel, default_model, load_calibration
+from loadtests.sim.trace import ClosedLoop, Phase, Trace, low_high_low, sticky_users
 from policy.types import SpecMode
 
 __all__ = ["PhaseMetrics", "main", "markdown_table", "phase_metrics", "plot", "run_all", "staircase"]
@@ -302,7 +302,9 @@ def _sticky_intro(trace: ClosedLoop, args: argparse.Namespace) -> str:
 
 def _header(model: EngineModel, config: SimConfig, args: argparse.Namespace) -> str:
     src = (
-        f"measured curves from `{args.calibration}`" if args.calibration else "defaults (policy/sim/model.py)"
+        f"measured curves from `{args.calibration}`"
+        if args.calibration
+        else "defaults (loadtests/sim/model.py)"
     )
     p = config.policy
     return (

@@ -8,7 +8,7 @@ Two measurements per rule:
    low->high->low demand (each with its own noise), sit at the batch their mode needs for
    that demand (queueing when it cannot keep up), report the engine model's tok/s, and
    apply the previous tick's decision. decide() only is timed, wall clock and thread CPU.
-2. simulator: the discrete-event simulator (`policy.sim`) at the same fleet size on a short
+2. simulator: the discrete-event simulator (`loadtests.sim`) at the same fleet size on a short
    low (8 s) -> high (4 s) -> low (8 s) trace; decide() time per tick as the simulator
    records it. Few ticks, three of them special (registration of every replica, the whole
    fleet flipping OFF, then ON), in a process that also holds the simulator's heap.
@@ -30,10 +30,10 @@ from pathlib import Path
 
 from loadtests.markdown import table, write_section
 from loadtests.metrics import percentile
+from loadtests.sim import SimConfig, SimPolicy, simulate
+from loadtests.sim.model import EngineModel, default_model
+from loadtests.sim.trace import low_high_low
 from policy.rules import decide
-from policy.sim import SimConfig, SimPolicy, simulate
-from policy.sim.model import EngineModel, default_model
-from policy.sim.trace import low_high_low
 from policy.state import PolicyState
 from policy.types import Observation, PolicyConfig, Rule, SpecMode
 
@@ -158,7 +158,7 @@ def _render(timings: list[Timing], load_before: str, load_after: str, cmd: str) 
         f"replicas). Written by `{cmd}` on {time.strftime('%Y-%m-%d %H:%M')} "
         f"({platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
         f"load average {load_before} before / {load_after} after; other jobs share this machine). "
-        "Fleet model: synthetic replicas on a low->high->low demand; simulator: `policy.sim` at that fleet size "
+        "Fleet model: synthetic replicas on a low->high->low demand; simulator: `loadtests.sim` at that fleet size "
         "(few ticks). CPU = thread CPU time of the call.\n\n"
         + table([*header, f"median < {TARGET_S * 1e3:g} ms"], rows, align="llrrrrrrl")
     )

@@ -92,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 
     shim.enable()
     from loadtests.markdown import table, write_section
+    from loadtests.models.build import build_pair
+    from loadtests.models.corpus import held_out_prompts
     from patched_worker.engine import SpecFlipEngine, cpu_engine_kwargs
-    from patched_worker.models.build import build_pair
-    from patched_worker.models.corpus import held_out_prompts
     from patched_worker.state import SwitchConfig
 
     pair = build_pair(a.pair)

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from deployments.ray_compat import standalone_request_router
-from deployments.router import SpecFlipRouter
+from deployments.routing.router import SpecFlipRouter
 from loadtests.markdown import table, write_section
 from loadtests.metrics import percentile
 from policy.routing import ReplicaStats

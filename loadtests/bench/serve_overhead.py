@@ -37,6 +37,7 @@ PROMPTS = ("def add(a, b):", "class Stack:", "import os\n\ndef", "for i in range
 @dataclass(frozen=True)
 class PathStats:
     max_tokens: int
+    stream: bool  # the Ray Serve path streamed (SSE, read to its last byte) or not
     requests: int
     direct_p50_ms: float
     serve_p50_ms: float
@@ -57,10 +58,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _measure(config: Any, requests: int, max_tokens: list[int]) -> list[PathStats]:
+def _measure(config: Any, requests: int, max_tokens: list[int], streams: list[bool]) -> list[PathStats]:
     """Both paths up at once, requests alternating one at a time: host drift hits both alike."""
-    from deployments.engine import build_specflip_engine
     from deployments.local import run_local
+    from deployments.replica.engine import build_specflip_engine
 
     engine: Any = build_specflip_engine(config)  # the replica's own factory, in this process
     try:
@@ -79,38 +80,43 @@ def _measure(config: Any, requests: int, max_tokens: list[int]) -> list[PathStat
                 )
                 return time.perf_counter() - started
 
-            def served(prompt: str, t: int) -> float:
+            def served(prompt: str, t: int, stream: bool) -> float:
                 body = {
                     "model": config.model.id,
                     "prompt": prompt,
                     "max_tokens": t,
                     "temperature": 0,
                     "ignore_eos": True,
+                    "stream": stream,
+                    **({"stream_options": {"include_usage": True}} if stream else {}),
                 }
                 started = time.perf_counter()
-                answer = app.client.completion(body)
+                r = app.client.post("/v1/completions", body, timeout=300)  # the whole body, SSE included
                 took = time.perf_counter() - started
-                assert answer["usage"]["completion_tokens"] == t
+                assert r.status_code == 200, r.text[:300]
+                usage = _stream_usage(r.text) if stream else r.json()["usage"]
+                assert usage["completion_tokens"] == t, usage
                 return took
 
             out = []
-            for t in max_tokens:
+            for t, stream in [(t, stream) for t in max_tokens for stream in streams]:
                 for p in PROMPTS:  # warm-up, both paths
-                    direct(p, t), served(p, t)
+                    direct(p, t), served(p, t, stream)
                 d: list[float] = []
                 s: list[float] = []
                 for i in range(requests):
                     prompt = PROMPTS[i % len(PROMPTS)]
                     if i % 2:  # alternate which path goes first
-                        s.append(served(prompt, t))
+                        s.append(served(prompt, t, stream))
                         d.append(direct(prompt, t))
                     else:
                         d.append(direct(prompt, t))
-                        s.append(served(prompt, t))
+                        s.append(served(prompt, t, stream))
                 ms_d, ms_s = [x * 1000 for x in d], [x * 1000 for x in s]
                 out.append(
                     PathStats(
                         t,
+                        stream,
                         requests,
                         _p(ms_d, 50),
                         _p(ms_s, 50),
@@ -120,7 +126,7 @@ def _measure(config: Any, requests: int, max_tokens: list[int]) -> list[PathStat
                     )
                 )
                 print(
-                    f"bench: max_tokens={t}: direct p50 {out[-1].direct_p50_ms:.1f} ms, Ray Serve p50 "
+                    f"bench: max_tokens={t} stream={stream}: direct p50 {out[-1].direct_p50_ms:.1f} ms, Ray Serve p50 "
                     f"{out[-1].serve_p50_ms:.1f} ms, paired overhead p50 {out[-1].overhead_p50_ms:.1f} ms",
                     flush=True,
                 )
@@ -129,11 +135,29 @@ def _measure(config: Any, requests: int, max_tokens: list[int]) -> list[PathStat
         engine.shutdown()
 
 
+def _stream_usage(text: str) -> dict[str, Any]:
+    """The usage object of a stream's usage chunk (asked for with stream_options.include_usage)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith("data: {") and '"usage"' in line:
+            usage = json.loads(line[6:]).get("usage")
+            if usage:
+                return dict(usage)
+    raise AssertionError(f"no usage chunk in the stream: {text[-300:]}")
+
+
 def _table(stats: list[PathStats]) -> str:
-    header = ["max_tokens", "requests", "direct p50 (ms)", "Ray Serve p50 (ms)", "overhead p50 (ms)"]
+    header = [
+        "max_tokens",
+        "Ray Serve path",
+        "requests",
+        "direct p50 (ms)",
+        "Ray Serve p50 (ms)",
+        "overhead p50 (ms)",
+    ]
     rows = [
         [
             s.max_tokens,
+            "streamed" if s.stream else "non-streamed",
             s.requests,
             f"{s.direct_p50_ms:.1f}",
             f"{s.serve_p50_ms:.1f}",
@@ -143,7 +167,7 @@ def _table(stats: list[PathStats]) -> str:
         ]
         for s in stats
     ]
-    return table([*header, "direct p90", "Serve p90"], rows, align="rrrrrrr").rstrip("\n")
+    return table([*header, "direct p90", "Serve p90"], rows, align="rlrrrrrr").rstrip("\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--requests", type=int, default=40, help="timed requests per path and max_tokens")
     parser.add_argument("--max-tokens", type=int, nargs="+", default=[1, 16])
+    parser.add_argument(
+        "--stream",
+        choices=("no", "yes", "both"),
+        default="both",
+        help="the Ray Serve path non-streamed, streamed (SSE read to its last byte), or both",
+    )
     parser.add_argument(
         "--pair",
         default=os.environ.get("SPECFLIP_MODELS"),
@@ -162,14 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from deployments.defaults import cpu_demo_config, default_pair_dir
-    from patched_worker.models.build import build_pair
+    from loadtests.models.build import build_pair
 
     pair_dir = os.path.abspath(args.pair or default_pair_dir())
     paths = build_pair(pair_dir, log=lambda line: print(f"bench: {line}", flush=True))
     config = cpu_demo_config((paths.target, paths.draft), replicas={"count": 1})
     began = time.time()
     load_before = os.getloadavg()
-    stats = _measure(config, args.requests, args.max_tokens)
+    streams = {"no": [False], "yes": [True], "both": [False, True]}[args.stream]
+    stats = _measure(config, args.requests, args.max_tokens, streams)
     load_after = os.getloadavg()
 
     env = (
@@ -180,12 +211,12 @@ def main(argv: list[str] | None = None) -> int:
         [
             SECTION,
             "",
-            f"`python -m loadtests.bench.serve_overhead --requests {args.requests}` on "
+            f"`python -m loadtests.bench.serve_overhead --requests {args.requests} --stream {args.stream}` on "
             f"{time.strftime('%Y-%m-%d', time.gmtime(began))} ({env}; other jobs share this host). One CPU replica "
             "of the tiny trained pair (EAGLE-3 steps 3, topk 1, 4 draft tokens, speculation ON), greedy with "
             "`ignore_eos` so both paths generate the same tokens, one request at a time. Direct = "
             "`SpecFlipEngine.generate` in the benchmark process (built by the replica's own factory); Ray Serve = "
-            "non-streamed `POST /v1/completions` over HTTP through Serve's HAProxy (and Ray's LLMRouter) to a "
+            "`POST /v1/completions` (non-streamed, or streamed with its usage chunk and read to `[DONE]`) over HTTP through Serve's HAProxy (and Ray's LLMRouter) to a "
             "`SpecFlipServer` replica's own HTTP app (input checks, metrics; policy tick running) and its engine. Both "
             "engines are up together and requests alternate between the paths, so host drift hits both alike; "
             "overhead p50 is the median over request pairs of (Ray Serve - direct).",

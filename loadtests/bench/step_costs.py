@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from loadtests.bench.engine_arrivals import closed_loop, in_process_kwargs, make_requests, prepare_process
+from loadtests.bench.inprocess import closed_loop, in_process_kwargs, make_requests, prepare_process
 
 __all__ = ["fit_line", "main", "measured_crossover"]
 

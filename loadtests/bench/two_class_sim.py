@@ -6,7 +6,7 @@
 Interactive: Poisson at a low rate, tight SLO (TTFT and TPOT). Batch: a Poisson flood at a share
 of the fleet's OFF capacity (more than the fleet can do ON). Setups: always-ON, always-OFF,
 dynamic without class routing (goodput rule, least-queue routing), dynamic with class routing
-(`policy.routing.rank` as deployments.router runs it; goodput rule, and the MIXED rule). The
+(`policy.routing.rank` as deployments.routing.router runs it; goodput rule, and the MIXED rule). The
 engine model is the simulator's default (H200 Llama-3.1-8B shapes, accept length 3, simulated).
 Metrics per class and the goodput are those of docs/routing.md, defined there before any run.
 """
@@ -20,11 +20,11 @@ from pathlib import Path
 
 from loadtests.markdown import table, write_section
 from loadtests.metrics import percentile
+from loadtests.sim import SimConfig, SimPolicy, simulate
+from loadtests.sim.model import default_model
+from loadtests.sim.sources import SimRequest
+from loadtests.sim.trace import Phase, Trace, TwoClassTrace
 from policy.routing import RoutingConfig
-from policy.sim import SimConfig, SimPolicy, simulate
-from policy.sim.model import default_model
-from policy.sim.sources import SimRequest
-from policy.sim.trace import Phase, Trace, TwoClassTrace
 from policy.types import PolicyConfig, Rule, SpecMode
 
 __all__ = ["Outcome", "main", "run_setups"]
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     body = (
         "## two-class simulation\n\n"
-        f"Written by `{cmd}` on {time.strftime('%Y-%m-%d %H:%M')}. Simulator (`policy.sim`), {args.replicas} "
+        f"Written by `{cmd}` on {time.strftime('%Y-%m-%d %H:%M')}. Simulator (`loadtests.sim`), {args.replicas} "
         "replicas, engine model: H200 Llama-3.1-8B shapes at accept length 3 (simulated acceptance), "
         f"max batch 64. Interactive: Poisson {args.interactive_rps:g} req/s; batch: Poisson "
         f"{params['batch_rps']:.0f} req/s ({args.batch_share:g} x the fleet's OFF capacity of "

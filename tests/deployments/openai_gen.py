@@ -1,4 +1,4 @@
-"""Request bodies generated from OpenAI's request schemas, as deployments.openai_request declares
+"""Request bodies generated from OpenAI's request schemas, as deployments.http.openai_request declares
 them (fields, types, nullability, ranges, written from OpenAI's field list and checked against
 its SDK in test_openai_request.py), for the conformance test against the real app.
 
@@ -29,8 +29,8 @@ import json
 import random
 from typing import Any
 
-from deployments.openai_request import CHAT_REQUEST, COMPLETION_REQUEST, STRUCTURAL_TAG
-from deployments.schema import (
+from deployments.http.openai_request import CHAT_REQUEST, COMPLETION_REQUEST, STRUCTURAL_TAG
+from deployments.http.schema import (
     AnyJson,
     Array,
     Boolean,

@@ -374,8 +374,8 @@ def test_a_replica_sent_an_oversized_prompt_directly_refuses_it_and_keeps_servin
     bound refuses it before any tokenization, and the replica keeps answering meanwhile."""
     from ray import serve
 
-    from deployments.prompts import PromptTooLarge
     from deployments.ray_compat import CompletionRequest
+    from deployments.replica.prompts import PromptTooLarge
 
     handle = serve.get_deployment_handle(f"SpecFlipServer:{MODEL}", app_name="specflip").options(stream=True)
     before = {r["replica_id"] for r in app.client.replicas()}

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from deployments.body import Problem, check_body, check_cost, parse_body
-from deployments.limits import ModelLimits, explain_context_overflow, max_token_bytes, read_limits
+from deployments.http.body import Problem, check_body, check_cost, parse_body
+from deployments.http.limits import ModelLimits, explain_context_overflow, max_token_bytes, read_limits
 
 LIMITS = ModelLimits(
     context_tokens=100,
@@ -98,12 +98,16 @@ CHAT_CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("max_tokens beyond the context", {"messages": USER, "max_tokens": 101}, "context length 100"),
     ("seed beyond 64 bits", {"messages": USER, "seed": 2**64}, "seed must be in"),
     (
-        "tools are deployments.structured's to check",
+        "tools are deployments.http.structured's to check",
         {"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]},
         None,
     ),
     ("no tools is fine", {"messages": USER, "tools": [], "tool_choice": "none"}, None),
-    ("tool_choice is deployments.structured's to check", {"messages": USER, "tool_choice": "required"}, None),
+    (
+        "tool_choice is deployments.http.structured's to check",
+        {"messages": USER, "tool_choice": "required"},
+        None,
+    ),
     ("messages too large", {"messages": [{"role": "user", "content": "x" * 401}]}, "more than the context"),
     ("too many messages", {"messages": USER * 4}, "messages has 4 messages: at most 3"),
     (

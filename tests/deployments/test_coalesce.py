@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from deployments.coalesce import coalesce
+from deployments.replica.coalesce import coalesce
 
 
 async def _ticks(n: int, every_s: float, fail_at: int | None = None) -> AsyncIterator[int]:

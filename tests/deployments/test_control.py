@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from deployments.control import OverrideRequest, check_bearer, status_document
+from deployments.http.control import OverrideRequest, check_bearer, status_document
+from patched_worker.state import SpeculationState, Strategy
 from policy.types import (
     DecisionSource,
-    EngineReport,
     FleetStatus,
     Override,
     PolicyConfig,
@@ -16,6 +16,7 @@ from policy.types import (
     SpecMode,
     TickStats,
 )
+from tests.engine_state import speculation_state
 
 
 @pytest.mark.parametrize(
@@ -54,21 +55,18 @@ def test_override_body_is_strict() -> None:
             OverrideRequest.model_validate(bad)
 
 
-ENGINE = EngineReport(
-    strategy="full_extend",
-    strategy_configured="warm_kv",
-    strategy_fallback="draft layout not handled by warm_kv",
-    off_cuda_graphs=False,
-    off_cuda_graphs_reason="capture failed: out of memory",
-    off_cuda_graphs_bytes=None,
+ENGINE = speculation_state(
+    strategy=Strategy.FULL_EXTEND,
     toggles=4,
+    on_steps=40,
+    off_steps=25,
     resyncs=2,
+    strategy_configured=Strategy.WARM_KV,
+    strategy_fallback="draft layout not handled by warm_kv",
+    off_cuda_graphs_note="capture failed: out of memory",
     resyncs_timed=2,
     resync_ms_total=9.87654,
     last_resync_ms=4.5,
-    on_steps=40,
-    off_steps=25,
-    control_timeouts=1,
     sglang_version="0.5.17",
     generated_tokens=1234,
 )
@@ -79,7 +77,7 @@ def _replica(
     stale: bool = False,
     override: Override = Override.AUTO,
     source: DecisionSource | None = DecisionSource.ACTOR,
-    engine: EngineReport | None = ENGINE,
+    engine: SpeculationState | None = ENGINE,
 ) -> ReplicaStatus:
     return ReplicaStatus(
         replica_id=rid,
@@ -97,6 +95,7 @@ def _replica(
         reason="rule flipped it",
         policy_source=source,
         engine=engine,
+        control_timeouts=1,
     )
 
 
@@ -159,7 +158,7 @@ def test_status_document_has_the_fields_the_loadtests_use() -> None:
 
 
 def test_rate_limiter_allows_a_burst_then_the_rate() -> None:
-    from deployments.control import RateLimiter
+    from deployments.http.control import RateLimiter
 
     limiter = RateLimiter(rate=2.0, burst=3)
     assert [limiter.allow(0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
@@ -169,7 +168,7 @@ def test_rate_limiter_allows_a_burst_then_the_rate() -> None:
 
 
 def test_failed_authentications_are_limited_per_client_and_only_failures_count() -> None:
-    from deployments.control import FailedAuthLimiter
+    from deployments.http.control import FailedAuthLimiter
 
     limiter = FailedAuthLimiter(rate=1.0, burst=3)
     # a client sending wrong tokens: a burst of 401s, then 429 until its bucket refills
@@ -182,7 +181,7 @@ def test_failed_authentications_are_limited_per_client_and_only_failures_count()
 
 
 def test_the_failed_auth_table_is_bounded_dropping_the_least_recent_client() -> None:
-    from deployments.control import FailedAuthLimiter
+    from deployments.http.control import FailedAuthLimiter
 
     limiter = FailedAuthLimiter(rate=1.0, burst=1, max_clients=2)
     limiter.failed("a", 0.0)

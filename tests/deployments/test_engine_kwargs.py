@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from deployments.config import SpecFlipConfig
-from deployments.engine import engine_kwargs
+from deployments.replica.engine import engine_kwargs
 
 MODEL = {"path": "/m/target", "draft_path": "/m/draft"}
 

@@ -1,4 +1,4 @@
-"""The error shape of every answer (deployments.errors), without an app."""
+"""The error shape of every answer (deployments.http.errors), without an app."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from deployments.errors import _field_path, fault_status, safe_stream
+from deployments.http.errors import _field_path, fault_status, safe_stream
 
 
 @pytest.mark.parametrize(

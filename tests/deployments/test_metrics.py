@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from starlette.responses import JSONResponse
 
-from deployments.metrics import (
+from deployments.http.metrics import (
     IngressMetrics,
     RequestCountMiddleware,
     endpoint_of,
@@ -86,29 +86,36 @@ USAGE = {
 }
 
 
-@pytest.mark.parametrize("keep_usage", [True, False])
-def test_stream_timing_and_the_usage_chunk(keep_usage: bool) -> None:
+@pytest.mark.parametrize("client_asked_usage", [True, False])
+def test_stream_timing_and_the_servers_token_count(client_asked_usage: bool) -> None:
+    """Packets pass as they came (a usage chunk the client asked for included); the token count
+    comes from the server's tally, read once the stream has ended."""
     metrics = IngressMetrics()
-    events: list[dict | str] = [_chunk("a"), _chunk("bc"), _chunk("d"), USAGE, "[DONE]"]
+    events: list[dict | str] = [
+        _chunk("a"),
+        _chunk("bc"),
+        _chunk("d"),
+        *([USAGE] if client_asked_usage else []),
+        "[DONE]",
+    ]
+    tally: dict[str, int | None] = {"tokens": None}
 
     async def run() -> list[str]:
-        return [
-            p
-            async for p in observe_stream(
-                _sse(events, 0.05),
-                "/v1/completions",
-                time.monotonic(),
-                keep_usage=keep_usage,
-                metrics=metrics,
-            )
-        ]
+        out = []
+        async for p in observe_stream(
+            _sse(events, 0.05),
+            "/v1/completions",
+            time.monotonic(),
+            tokens=lambda: tally["tokens"],
+            metrics=metrics,
+        ):
+            out.append(p)
+            tally["tokens"] = 9  # the server counts as it streams; read only at the end
+        return out
 
     out = "".join(asyncio.run(run()))
-    assert (
-        ('"usage"' in out) is keep_usage
-        and out.endswith("data: [DONE]\n\n")
-        and out.count('"choices": [{') == 3
-    )
+    assert ('"usage"' in out) is client_asked_usage
+    assert out.endswith("data: [DONE]\n\n") and out.count('"choices": [{') == 3
     assert _value(metrics, 'specflip_ttft_seconds_count{endpoint="/v1/completions"}') == 1
     ttft = _value(metrics, 'specflip_ttft_seconds_sum{endpoint="/v1/completions"}')
     tpot = _value(metrics, 'specflip_tpot_seconds_sum{endpoint="/v1/completions"}')
@@ -117,7 +124,7 @@ def test_stream_timing_and_the_usage_chunk(keep_usage: bool) -> None:
     assert _value(metrics, 'specflip_output_tokens_total{endpoint="/v1/completions"}') == 9
 
 
-def test_a_stream_without_usage_counts_no_tokens_and_no_tpot() -> None:
+def test_a_stream_the_server_counted_no_tokens_for_has_no_tpot() -> None:
     metrics = IngressMetrics()
 
     async def run() -> None:
@@ -125,7 +132,7 @@ def test_a_stream_without_usage_counts_no_tokens_and_no_tpot() -> None:
             _sse([_chunk("a"), _chunk("b"), "[DONE]"], 0.0),
             "/v1/completions",
             time.monotonic(),
-            keep_usage=False,
+            tokens=lambda: None,
             metrics=metrics,
         ):
             pass

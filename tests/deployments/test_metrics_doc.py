@@ -7,13 +7,13 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from deployments.metrics import IngressMetrics, routed_families
-from deployments.routing_journal import JOURNAL, Routed
+from deployments.http.metrics import IngressMetrics
+from deployments.routing.journal import JOURNAL, Routed, routed_families
+from patched_worker.state import Strategy
 from policy.metrics import PolicyMetrics
 from policy.routing import RankReason, RequestClass
 from policy.types import (
     DecisionSource,
-    EngineReport,
     FleetStatus,
     Override,
     PolicyConfig,
@@ -21,6 +21,7 @@ from policy.types import (
     SpecMode,
     TickStats,
 )
+from tests.engine_state import speculation_state
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -36,7 +37,11 @@ def _emitted() -> dict[str, tuple[str, str]]:
     for h in (ingress.duration, ingress.ttft, ingress.tpot):
         h.labels("/v1/completions").observe(0.1)
     ingress.output_tokens.labels("/v1/completions").inc(3)
-    engine = EngineReport("warm_kv", "warm_kv", "", True, "", 1 << 20, 2, 1, 1, 4.0, 4.0, 10, 5)
+    engine = speculation_state(
+        enabled=False, requested=False, toggles=2, accept_length_ema=None, on_steps=10, off_steps=5, resyncs=1,
+        running=4, waiting=1, strategy_configured=Strategy.WARM_KV, off_cuda_graphs=True,
+        off_cuda_graphs_bytes=1 << 20, resyncs_timed=1, resync_ms_total=4.0, last_resync_ms=4.0,
+    )  # fmt: skip
     replica = ReplicaStatus(
         "r1",
         SpecMode.ON,

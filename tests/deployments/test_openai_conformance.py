@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from deployments.body import Problem, check_body
-from deployments.limits import read_limits
+from deployments.http.body import Problem, check_body
+from deployments.http.limits import read_limits
 from deployments.local import LocalApp
 from tests.deployments.conftest import MODEL
 from tests.deployments.openai_gen import Case, invalid, unserved, valid
@@ -199,7 +199,7 @@ def test_the_app_is_healthy_after_the_conformance_run(app: LocalApp) -> None:
 
 
 def test_the_response_check_finds_what_ray_dumps_and_passes_the_shaped_body() -> None:
-    from deployments.openai_shape import shape_chat_response
+    from deployments.http.openai_shape import shape_chat_response
 
     dumped = {  # a chat answer as Ray's ChatCompletionResponse.model_dump() has it (issue 20)
         "id": "x", "object": "chat.completion", "created": 1, "model": MODEL,

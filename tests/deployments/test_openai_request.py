@@ -1,5 +1,5 @@
 """The request schema the body guard holds chat and completions bodies to
-(deployments.openai_request): OpenAI-valid bodies come out normalized to what the request models
+(deployments.http.openai_request): OpenAI-valid bodies come out normalized to what the request models
 and the engine take, everything else is refused naming the field. Its field lists are checked
 against the OpenAI Python SDK's request types (an independent transcription of OpenAI's
 schema). What the real app answers to generated requests: test_openai_conformance.py."""
@@ -21,7 +21,7 @@ from openai.types.chat import (
 )
 from openai.types.chat import completion_create_params as chat_params
 
-from deployments.openai_request import (
+from deployments.http.openai_request import (
     CHAT_REQUEST,
     COMPLETION_REQUEST,
     MESSAGE,
@@ -29,7 +29,7 @@ from deployments.openai_request import (
     conform_chat,
     conform_completion,
 )
-from deployments.schema import Object, Refused
+from deployments.http.schema import Object, Refused
 
 USER = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": USER}

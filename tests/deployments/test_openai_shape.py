@@ -1,4 +1,4 @@
-"""Response bodies turned into OpenAI's schema (deployments.openai_shape): what SGLang's response
+"""Response bodies turned into OpenAI's schema (deployments.http.openai_shape): what SGLang's response
 models and Ray's SGLangServer dump, checked against OpenAI's response schemas written here from
 its API reference's field lists (required, nullable, enums), before and after shaping."""
 
@@ -14,14 +14,14 @@ from sglang.srt.entrypoints.openai.protocol import (
     CompletionResponse,
 )
 
-from deployments.openai_shape import (
+from deployments.http.openai_shape import (
     shape_chat_chunk,
     shape_chat_response,
     shape_completion_chunk,
     shape_completion_response,
 )
-from deployments.schema import AnyJson, Array, Integer, Node, Object, Prop, Refused, Text, conform
-from deployments.structured import tool_call, tool_call_message
+from deployments.http.schema import AnyJson, Array, Integer, Node, Object, Prop, Refused, Text, conform
+from deployments.http.structured import tool_call, tool_call_message
 
 # -- OpenAI's response schemas: required (R), nullable (N); other fields any non-null value ------
 _OPEN = Object(open=True)

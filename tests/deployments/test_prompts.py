@@ -1,4 +1,4 @@
-"""A replica's prompt path (deployments.prompts) with the tiny model's real tokenizer: text is
+"""A replica's prompt path (deployments.replica.prompts) with the tiny model's real tokenizer: text is
 tokenized as SGLang would, in a worker thread while the event loop keeps running, and text that
 cannot fit the context is refused before it is tokenized."""
 
@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from deployments.limits import read_limits
-from deployments.prompts import PromptTooLarge, is_token_ids, tokenize_off_loop
+from deployments.http.limits import read_limits
+from deployments.replica.prompts import PromptTooLarge, is_token_ids, tokenize_off_loop
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import ray
 
-from deployments.replica_loop import EngineUnhealthy, SpeculationLoop
+from deployments.replica.loop import EngineUnhealthy, SpeculationLoop
 from patched_worker.engine import SpeculationRpcError
 from policy.actor import PolicyClient
 from policy.types import DecisionSource, PolicyConfig, SpecMode
+from tests.engine_state import speculation_state
 
 
 @pytest.fixture(autouse=True)
@@ -84,25 +86,7 @@ class HangingSwitchEngine(HangingEngine):
         self.release.wait(30)
 
 
-def _state(**fields: Any) -> Any:
-    from patched_worker.state import SpeculationState, Strategy
-
-    base: dict[str, Any] = dict(
-        enabled=True,
-        requested=True,
-        strategy=Strategy.WARM_KV,
-        steps=3,
-        topk=1,
-        draft_tokens=4,
-        toggles=0,
-        accept_length_ema=2.5,
-        on_steps=10,
-        off_steps=0,
-        resyncs=0,
-        running=4,
-        waiting=0,
-    )
-    return SpeculationState(**{**base, **fields})
+_state = speculation_state
 
 
 def _loop(engine: Any, timeout_s: float = 0.3) -> SpeculationLoop:
@@ -169,7 +153,7 @@ def test_a_broken_engine_fails_the_health_check_with_the_reason_and_the_loop_kee
 def test_decode_rate_is_tokens_over_decode_seconds_between_two_states() -> None:
     from dataclasses import replace
 
-    from deployments.replica_loop import _decode_rate
+    from deployments.replica.loop import _decode_rate
 
     before = _state(decode_tokens=100, decode_seconds=2.0, decode_steps=10, decode_requests=40)
     after = replace(before, decode_tokens=400, decode_seconds=3.5, decode_steps=40, decode_requests=160)
@@ -192,7 +176,7 @@ def test_a_switch_that_times_out_is_logged_counted_reported_and_retried_next_tic
             took.append(time.monotonic() - started)
         return took
 
-    with caplog.at_level("WARNING", logger="deployments.replica_loop"):
+    with caplog.at_level("WARNING", logger="deployments.replica.loop"):
         took = asyncio.run(run())
     engine.release.set()
     # tick 1 keeps the cached mode (ON); ticks 2-4 decide OFF locally (load 9 >= 4) and try to switch
@@ -201,7 +185,7 @@ def test_a_switch_that_times_out_is_logged_counted_reported_and_retried_next_tic
     lines = [r.getMessage() for r in caplog.records if "set_speculation got no answer" in r.getMessage()]
     assert len(lines) == 3 and "within 0.3 s" in lines[0] and "\n" not in lines[0]
     report = loop._observation(_state(running=9))  # noqa: SLF001 - what the next report carries
-    assert report.engine is not None and report.engine.control_timeouts == 3
+    assert report.engine is not None and report.control_timeouts == 3
     assert report.policy_source is DecisionSource.LOCAL_FALLBACK  # the source it followed, as reported
 
 
@@ -226,8 +210,9 @@ def test_the_report_carries_the_engine_state_and_the_source_followed() -> None:
     assert e is not None
     assert (e.toggles, e.resyncs, e.resyncs_timed, e.resync_ms_total, e.last_resync_ms) == (3, 2, 1, 4.5, 4.5)
     assert (e.on_steps, e.off_steps, e.strategy, e.strategy_fallback) == (30, 12, "warm_kv", "")
-    assert (e.off_cuda_graphs, e.off_cuda_graphs_reason, e.control_timeouts) == (
+    assert (e.off_cuda_graphs, e.off_cuda_graphs_note, obs.control_timeouts) == (
         False,
         "cpu: no CUDA graphs",
         0,
     )
+    assert e == replace(state, trace=[])  # the scheduler's own record, its step trace left home

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from deployments.config import SpecFlipConfig
+from deployments.http.metrics import ingress_metrics
+from deployments.http.request_report import Tally
 from deployments.local import LocalApp, wait_until
-from deployments.metrics import ingress_metrics
 from deployments.ray_compat import CompletionResponse
-from deployments.request_report import Tally
-from deployments.server import SpecFlipServer
+from deployments.replica.server import SpecFlipServer
 from tests.deployments.conftest import MODEL
 from tests.prom import total
 

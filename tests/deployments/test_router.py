@@ -1,4 +1,4 @@
-"""deployments.router.SpecFlipRouter outside Serve (Ray's RequestRouter built in this process by
+"""deployments.routing.router.SpecFlipRouter outside Serve (Ray's RequestRouter built in this process by
 the compat module's standalone_request_router): the prompt text it matches, and prefix-cache
 affinity through Ray's prefix tree without pulling a request off its class's mode."""
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from deployments.ray_compat import standalone_request_router
-from deployments.router import SpecFlipRouter, prompt_text
-from deployments.routing_journal import JOURNAL
+from deployments.routing.journal import JOURNAL
+from deployments.routing.router import SpecFlipRouter, prompt_text
 from policy.routing import ReplicaStats
 from policy.types import SpecMode
 
@@ -160,3 +160,24 @@ def test_the_prefix_holders_of_requests_never_routed_are_dropped_oldest_first() 
         assert JOURNAL.pop("live").prefix_hit is True  # type: ignore[union-attr]
 
     asyncio.run(run())
+
+
+def test_a_routed_request_is_classified_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """choose_replicas (Ray's ingress router path) ranks and records with one reading of the class."""
+    import deployments.routing.router as router_module
+
+    router, replica_id = standalone_request_router(SpecFlipRouter)
+    fleet = _fleet(replica_id, [SpecMode.ON, SpecMode.OFF], [0, 0])
+    calls: list[str] = []
+    real = router_module.classify
+    monkeypatch.setattr(router_module, "classify", lambda *a: calls.append("classify") or real(*a))
+
+    async def run() -> None:
+        router.update_replicas(fleet)  # type: ignore[arg-type]
+        ranks = await router.choose_replicas(fleet, _pending("Summarise it.", "batch", "req-once"))
+        assert ranks[0] == [fleet[1]]  # batch -> OFF
+        routed = JOURNAL.pop("req-once")
+        assert routed is not None and routed.request_class.value == "batch" and routed.mode == "off"
+
+    asyncio.run(run())
+    assert calls == ["classify"]

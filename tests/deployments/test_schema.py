@@ -1,4 +1,4 @@
-"""The request-schema language (deployments.schema): JSON types strictly, integral numbers as
+"""The request-schema language (deployments.http.schema): JSON types strictly, integral numbers as
 integers, null as "the default", unknown fields refused by name, `Served` restrictions, OneOf by
 type then tag; and the JSON Schema it writes for the OpenAPI document."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from deployments.schema import (
+from deployments.http.schema import (
     Array,
     Boolean,
     Const,

@@ -307,6 +307,28 @@ def test_metrics_are_prometheus_text_with_request_latency_and_per_replica_series
         assert re.search(rf'specflip_engine_off_cuda_graphs{{reason="[^"]+",replica="{rid}"}} 0.0', text)
 
 
+def test_a_stream_counts_its_tokens_from_the_servers_tally_without_asking_for_usage(app: LocalApp) -> None:
+    """TTFT, TPOT and output tokens of a stream whose client asked for no usage: the API edge reads
+    the count from the server's tally (no usage chunk is made, so none can leak to the client)."""
+
+    def counts() -> tuple[float, float]:
+        text = app.client.metrics()
+        return (
+            total(text, "specflip_output_tokens_total", endpoint="/v1/completions"),
+            total(text, "specflip_tpot_seconds_count", endpoint="/v1/completions"),
+        )
+
+    time.sleep(1.5)  # what earlier tests' requests left to push has been pushed
+    tokens_before, tpot_before = counts()
+    body = {"model": MODEL, "prompt": "Count", "max_tokens": 7, "ignore_eos": True, "stream": True}
+    r = app.client.post("/v1/completions", body)
+    assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")
+    assert '"usage": {' not in r.text and '"usage":{' not in r.text  # not asked for: not sent
+    # the replicas push their metric families to the actor every second
+    wait_until(lambda: counts()[0] >= tokens_before + 7, 20, why="the stream's 7 tokens counted")
+    assert counts() == (tokens_before + 7, tpot_before + 1)
+
+
 def test_every_response_names_the_replica_and_its_mode_with_class_routing_off(app: LocalApp) -> None:
     assert not app.config.class_routing  # this package's app: the headers come anyway
     ids = {r["replica_id"] for r in app.client.replicas()}

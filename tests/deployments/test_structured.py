@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from deployments import structured
+from deployments.http import structured
+from deployments.http.structured import ToolCalls, check_structured, sampling_params
 from deployments.ray_compat import ChatCompletionRequest, CompletionRequest
-from deployments.structured import ToolCalls, check_structured, sampling_params
 
 MSG = [{"role": "user", "content": "hi"}]
 TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 
-from deployments.validation import check_chat, check_completion
+from deployments.http.validation import check_chat, check_completion
 
 MSG = [{"role": "user", "content": "hi"}]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
-from deployments.control_routes import ControlRoutes
+from deployments.http.control_routes import ControlRoutes
 from policy.actor import SpeculationPolicy, get_or_create_policy_actor
 from policy.types import FleetStatus
 

@@ -4,7 +4,7 @@ many mode changes a replica had (the README run showed a flapping replica pushin
 from __future__ import annotations
 
 from loadtests.demo import DemoReport, ModeChange, PhaseResult, format_report
-from policy.sim.trace import Phase
+from loadtests.sim.trace import Phase
 
 
 def test_replica_rows_stay_aligned_with_long_change_lists() -> None:

@@ -10,10 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deployments.sse import SseDecoder
 from loadtests.launcher import free_port
 from loadtests.servers import ServerProcess
-from loadtests.sse import parse_chunk
+from loadtests.sse import SseDecoder, parse_chunk
 
 
 @pytest.fixture(scope="module")

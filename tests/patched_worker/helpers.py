@@ -28,7 +28,7 @@ def mixed_prompts(pair, lengths=LENGTHS) -> list[list[int]]:
     """Held-out prompts (never trained on) of the given token lengths."""
     from transformers import AutoTokenizer
 
-    from patched_worker.models.corpus import held_out_prompts
+    from loadtests.models.corpus import held_out_prompts
 
     tok = AutoTokenizer.from_pretrained(pair.target)
     return [held_out_prompts(tok, 1, n, seed=1000 + 7 * i + n)[0] for i, n in enumerate(lengths)]

@@ -66,7 +66,7 @@ def shared_prefix_prompts(pair) -> list[list[int]]:
     """16 prompts over 3 shared prefixes (~200 tokens each) with distinct tails of 3-101 tokens."""
     from transformers import AutoTokenizer
 
-    from patched_worker.models.corpus import held_out_prompts
+    from loadtests.models.corpus import held_out_prompts
 
     tok = AutoTokenizer.from_pretrained(pair.target)
     prefixes = [held_out_prompts(tok, 1, 200, seed=500 + i)[0] for i in range(3)]

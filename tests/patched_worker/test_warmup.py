@@ -1,4 +1,4 @@
-"""The replica warm-up (deployments.warmup) runs every decode path once on a real engine: ON and OFF
+"""The replica warm-up (deployments.replica.warmup) runs every decode path once on a real engine: ON and OFF
 batches and flips in both directions while a request decodes (the re-enable resync), and leaves the
 engine in the mode the replica starts in; outputs afterwards still equal the plain engine's."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.warmup import warm_up
+from deployments.replica.warmup import warm_up
 from tests.patched_worker.helpers import first_mismatch, greedy, mixed_prompts
 
 pytestmark = pytest.mark.engine

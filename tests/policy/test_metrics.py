@@ -5,9 +5,11 @@ from __future__ import annotations
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from patched_worker.state import Strategy
 from policy.fleet import FleetView
 from policy.metrics import ENGINE_PREFIX, PREFIX, PolicyMetrics
-from policy.types import DecisionSource, EngineReport, Override, PolicyConfig
+from policy.types import DecisionSource, Override, PolicyConfig
+from tests.engine_state import speculation_state
 
 from .helpers import obs
 
@@ -67,10 +69,15 @@ def test_engine_state_and_policy_source_are_what_each_replica_reported() -> None
     fleet = FleetView(PolicyConfig(stale_after_s=5, ttl_s=30), started_at=0.0)
     clock = [0.0]
     metrics = PolicyMetrics(lambda: fleet.status(clock[0]))
-    eager = EngineReport(
-        "full_extend", "warm_kv", "draft layout", False, "capture failed", None, 3, 2, 1, 5.0, 5.0, 7, 4, 2
+    eager = speculation_state(
+        strategy=Strategy.FULL_EXTEND, toggles=3, on_steps=7, off_steps=4, resyncs=2, running=1,
+        strategy_configured=Strategy.WARM_KV, strategy_fallback="draft layout", off_cuda_graphs_note="capture failed",
+        resyncs_timed=1, resync_ms_total=5.0, last_resync_ms=5.0,
+    )  # fmt: skip
+    reported = replace(
+        obs("a", 1, at=0), policy_source=DecisionSource.OVERRIDE, engine=eager, control_timeouts=2
     )
-    fleet.report(replace(obs("a", 1, at=0), policy_source=DecisionSource.OVERRIDE, engine=eager), now=0)
+    fleet.report(reported, now=0)
     fleet.report(replace(obs("b", 1, at=0), policy_source=DecisionSource.LOCAL_FALLBACK), now=0)
     text = metrics.text()
     assert _labelled(text, ENGINE_PREFIX + "off_cuda_graphs") == {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from loadtests.bench.policy_sim import markdown_table, phase_metrics, run_all
-from policy.sim import SimConfig, SimPolicy, default_model, low_high_low
+from loadtests.sim import SimConfig, SimPolicy, default_model, low_high_low
 
 
 def test_markdown_table_has_a_row_per_phase_and_policy() -> None:

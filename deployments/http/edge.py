@@ -1,0 +1,45 @@
+"""The HTTP app in front of the OpenAI handlers, the same on every data path.
+
+Ray Serve LLM's own FastAPI app (`ray_compat.openai_fastapi_app`, what `make_fastapi_ingress`
+builds) with Ray's CORS and exception middleware replaced by specflip's: the error handlers
+(`deployments.http.errors`), the served routes' OpenAPI document (`deployments.http.routes`), the raw-body
+guard and CORS (`deployments.http.guard`), and the request counter (`deployments.http.metrics`, outermost:
+it sees the final status of every response).
+
+`serve.data_path: direct` (the default): every replica serves this app itself, its routes bound
+to an in-process `SpecFlipIngress` that calls the replica's server without a Ray hop
+(`deployments.replica.http_app`). `ingress`: the `SpecFlipIngress` deployment serves it and reaches the
+replicas through a Serve handle (`deployments.app`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deployments.config import SpecFlipConfig
+from deployments.http.errors import install_handlers
+from deployments.http.guard import add_guard_and_cors
+from deployments.http.metrics import RequestCountMiddleware
+from deployments.http.routes import ENDPOINTS, install_openapi
+from deployments.ray_compat import openai_fastapi_app, strip_ray_error_and_cors_middleware
+
+__all__ = ["bind_endpoints", "edge_app"]
+
+
+def edge_app(config: SpecFlipConfig) -> Any:
+    """A FastAPI app with specflip's middleware and error handlers, no routes yet."""
+    app = openai_fastapi_app()  # Ray's FastAPI app with its middleware
+    strip_ray_error_and_cors_middleware(app)  # replaced: errors.install_handlers, CORS below
+    install_handlers(app)
+    install_openapi(app)
+    add_guard_and_cors(app, config)
+    app.add_middleware(RequestCountMiddleware)  # outermost: sees the final status of every response
+    return app
+
+
+def bind_endpoints(app: Any, handlers: Any) -> Any:
+    """Register every served route of `ENDPOINTS` on `app`, handled by the bound methods of
+    `handlers` (an ingress instance living in this process). Returns `app`."""
+    for name, route in ENDPOINTS.items():
+        route(app)(getattr(handlers, name))
+    return app

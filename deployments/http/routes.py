@@ -1,0 +1,168 @@
+"""The app's HTTP routes and what its OpenAPI document says about them.
+
+Served: the OpenAI chat and completions routes, the model list, and the app's own
+`/specflip/status`, `/specflip/override` and `/metrics`. Ray's ingress also has routes for
+embeddings, transcriptions, scoring and (de)tokenizing; this app serves none of them (a
+generative EAGLE-3 model; Ray's tokenize handlers tokenize on the replica's event loop with no
+size bound): each answers 404 with that reason and is left out of the schema.
+
+Every route documents the statuses it answers, with the error body (`deployments.http.errors`);
+FastAPI's automatic 422 is removed where the app answers 400 instead. The chat and completions
+request bodies are the body guard's own schemas (`deployments.http.openai_request`, as the ingress
+data path serves them), not the request models': the document accepts what the app accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from deployments.http.control import OverrideRequest
+from deployments.http.errors import ErrorResponse
+from deployments.http.openai_request import CHAT_REQUEST, COMPLETION_REQUEST
+from deployments.http.schema import Context, json_schema
+from deployments.ray_compat import DEFAULT_ENDPOINTS, ChatCompletionResponse, CompletionResponse
+
+__all__ = ["ENDPOINTS", "NOT_SERVED", "install_openapi"]
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    text = {
+        400: "Invalid request: the message names the field",
+        401: "Missing or wrong bearer token",
+        403: "Control endpoints are disabled (no control token configured)",
+        404: "Unknown model, replica or route",
+        408: "The request timed out on the server",
+        413: "Request body or prompt larger than the server or the model's context allows",
+        422: "Invalid override body",
+        429: "Too many failed authentications from this client; retry after the Retry-After seconds",
+        500: "Server fault (short message with the request id)",
+        503: "A replica or the policy actor is unavailable; retry",
+    }
+    return {code: {"model": ErrorResponse, "description": text[code]} for code in codes}
+
+
+_SSE_EVENT = {
+    "type": "object",
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"}},
+    "required": ["data"],
+}
+
+
+def _generation(model: Any) -> dict[int | str, dict[str, Any]]:
+    return {
+        200: {
+            "model": model,
+            "description": "The completion (JSON), or with `stream: true` server-sent events",
+            # OpenAPI 3.1: an event stream's schema describes each event (`data`: a JSON chunk or [DONE])
+            "content": {"text/event-stream": {"schema": _SSE_EVENT}},
+        },
+        **_errors(400, 404, 408, 413, 500, 503),
+    }
+
+
+_OVERRIDE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": OverrideRequest.model_json_schema()}},
+    }
+}
+_Responses = dict[int | str, dict[str, Any]]
+_STATUS_200: _Responses = {
+    200: {"description": "Fleet status", "content": {"application/json": {"schema": {"type": "object"}}}}
+}
+_METRICS_200: _Responses = {
+    200: {"description": "Prometheus text", "content": {"text/plain": {"schema": {"type": "string"}}}}
+}
+_OVERRIDE_200: _Responses = {
+    200: {
+        "description": "The replicas overridden",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
+
+ENDPOINTS: dict[str, Callable[[Any], Any]] = {
+    "models": DEFAULT_ENDPOINTS["models"],
+    "model_data": lambda app: app.get("/v1/models/{model:path}", responses=_errors(404, 500)),
+    "completions": lambda app: app.post("/v1/completions", responses=_generation(CompletionResponse)),
+    "chat": lambda app: app.post("/v1/chat/completions", responses=_generation(ChatCompletionResponse)),
+    "specflip_status": lambda app: app.get("/specflip/status", responses={**_STATUS_200, **_errors(503)}),
+    "specflip_override": lambda app: app.post(
+        "/specflip/override",
+        responses={**_OVERRIDE_200, **_errors(401, 403, 404, 422, 429, 503)},
+        openapi_extra=_OVERRIDE_BODY,
+    ),
+    "prometheus_metrics": lambda app: app.get("/metrics", responses=_METRICS_200),
+}
+
+# Ray's routes this app does not serve: method name -> (path, why)
+NOT_SERVED = {
+    "embeddings": ("/v1/embeddings", "this app serves a generative model: no embeddings"),
+    "transcriptions": ("/v1/audio/transcriptions", "this app serves a text model: no audio"),
+    "score": ("/v1/score", "this app serves a generative model: no scoring"),
+    "tokenize": ("/tokenize", "this app does not serve tokenization; use the model's tokenizer"),
+    "detokenize": ("/detokenize", "this app does not serve detokenization; use the model's tokenizer"),
+}
+
+
+def _hidden_post(path: str) -> Callable[[Any], Any]:
+    return lambda app: app.post(path, include_in_schema=False)
+
+
+for _name, (_path, _why) in NOT_SERVED.items():
+    ENDPOINTS[_name] = _hidden_post(_path)
+
+_ANSWERS_422 = {"/specflip/override"}
+# request bodies the body guard checks: their schema is the guard's (what the ingress serves)
+REQUEST_BODIES = {
+    "/v1/chat/completions": ("SpecflipChatCompletionRequest", CHAT_REQUEST),
+    "/v1/completions": ("SpecflipCompletionRequest", COMPLETION_REQUEST),
+}
+
+
+def install_openapi(app: Any) -> None:
+    """Drop FastAPI's automatic 422 from routes that answer 400 for invalid bodies instead, and
+    describe the chat and completions bodies as the app accepts them."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for path, operations in schema.get("paths", {}).items():
+                for operation in operations.values():
+                    if path not in _ANSWERS_422:
+                        operation.get("responses", {}).pop("422", None)
+                    if path in REQUEST_BODIES and "requestBody" in operation:
+                        name, node = REQUEST_BODIES[path]
+                        components[name] = json_schema(node, Context(restrict=True))
+                        ref = {"$ref": f"#/components/schemas/{name}"}
+                        operation["requestBody"] = {
+                            "required": True,
+                            "content": {"application/json": {"schema": ref}},
+                        }
+            _drop_unreferenced(schema)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+
+def _drop_unreferenced(schema: dict[str, Any]) -> None:
+    """Remove component schemas nothing refers to any more (the request models' own)."""
+    components = schema.get("components", {}).get("schemas", {})
+    prefix = "#/components/schemas/"
+    seen: set[str] = set()
+    stack: list[Any] = [schema.get("paths", {})]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            ref = item.get("$ref")
+            if isinstance(ref, str) and ref.startswith(prefix) and ref[len(prefix) :] not in seen:
+                seen.add(ref[len(prefix) :])
+                stack.append(components.get(ref[len(prefix) :]))
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    for name in [n for n in components if n not in seen]:
+        del components[name]

@@ -1,0 +1,136 @@
+"""What this process routed or served, counted: in Ray's ingress request router (LLMRouter, where
+deployments.routing.router runs) per request the replica and its mode, counts by class and mode, by reason
+and prefix-affinity hits; in a replica the requests it took by class and its mode. Both push their
+counts to the policy actor (`/metrics`, `/specflip/status`). It lives apart from the router because
+Serve pickles the router's module by value: state kept there would be a copy per decision.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, OrderedDict
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from policy.routing import RankReason, RequestClass
+
+__all__ = [
+    "CLASS_MODES",
+    "JOURNAL",
+    "ROUTED_FAMILY",
+    "UNKNOWN_MODE",
+    "Routed",
+    "RoutingJournal",
+    "routed_families",
+]
+
+UNKNOWN_MODE = "unknown"  # a replica that publishes no stats yet
+ROUTED_FAMILY = "specflip_routed_requests"  # routing decisions by class and the chosen replica's mode
+CLASS_MODES = [(c, m) for c in ("interactive", "batch") for m in ("on", "off")]  # series exist from 0
+# The class a replica's API edge read from the request it is handling (deployments.http.handlers),
+# for the server that serves it in the same task (deployments.replica.server): one reading per request
+SERVED_CLASS: ContextVar[RequestClass | None] = ContextVar("specflip_served_class", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """Where one request went."""
+
+    replica_id: str  # Serve's replica tag (what /specflip/status and overrides use)
+    mode: str  # "on" | "off" | "unknown": the replica's mode in its stats when routed
+    request_class: RequestClass
+    reason: RankReason
+    prefix_hit: bool | None = None  # the replica had served this prompt's prefix (None: no text/affinity)
+
+
+class RoutingJournal:
+    """The last `size` routing decisions by Serve's internal request id; thread-safe (Serve may
+    route on its own event loop thread while the ingress handler reads)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, Routed] = OrderedDict()
+        self.counts: Counter[tuple[str, str]] = Counter()  # (class, mode) -> requests routed
+        self.reasons: Counter[str] = Counter()
+        self.prefix: Counter[str] = Counter()  # "hit" / "miss" of prefix affinity
+        self.served: Counter[tuple[str, str]] = Counter()  # (class, mode) -> requests a replica took
+
+    def record(self, request_id: str, routed: Routed) -> None:
+        with self._lock:
+            self._entries[request_id] = routed
+            if len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+            self.counts[(routed.request_class.value, routed.mode)] += 1
+            self.reasons[routed.reason.name.lower()] += 1
+            if routed.prefix_hit is not None:
+                self.prefix["hit" if routed.prefix_hit else "miss"] += 1
+
+    def count_served(self, request_class: RequestClass, mode: str) -> None:
+        """A request a replica took from its own HTTP server (direct data path): routed there by
+        Ray's ingress request router in another process, counted here by class and mode."""
+        with self._lock:
+            self.served[(request_class.value, mode)] += 1
+
+    def pop(self, request_id: str) -> Routed | None:
+        with self._lock:
+            return self._entries.pop(request_id, None)
+
+    def counts_copy(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self.counts)
+
+    def served_copy(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self.served)
+
+    def reasons_copy(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.reasons)
+
+    def prefix_copy(self) -> dict[str, int]:
+        with self._lock:
+            return {"hit": self.prefix["hit"], "miss": self.prefix["miss"]}
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            by_class: dict[str, dict[str, int]] = {}
+            for (cls, mode), n in sorted(self.counts.items()):
+                by_class.setdefault(cls, {})[mode] = n
+            return {
+                "by_class_and_mode": by_class,
+                "by_reason": dict(sorted(self.reasons.items())),
+                "prefix_affinity": {"hits": self.prefix["hit"], "misses": self.prefix["miss"]},
+            }
+
+
+JOURNAL = RoutingJournal()
+
+
+def routed_families() -> list[Metric]:
+    """What the request router of this process decided (Ray's LLMRouter process, where
+    deployments.routing.router runs): by class and the chosen replica's mode, by reason, prefix hits."""
+    routed = CounterMetricFamily(
+        ROUTED_FAMILY,
+        "Requests the request router sent, by request class and the replica's mode in its routing stats",
+        labels=["class", "mode"],
+    )
+    for (cls, mode), n in sorted((dict.fromkeys(CLASS_MODES, 0) | JOURNAL.counts_copy()).items()):
+        routed.add_metric([cls, mode], n)
+    reasons = CounterMetricFamily(
+        "specflip_routed_reasons", "Routing decisions by why the replica's mode was chosen", labels=["reason"]
+    )
+    for reason, n in sorted(JOURNAL.reasons_copy().items()):
+        reasons.add_metric([reason], n)
+    prefix = CounterMetricFamily(
+        "specflip_routed_prefix",
+        "Requests with prompt text the request router sent to a replica that had (hit) or had not "
+        "(miss) been sent the prompt's prefix before",
+        labels=["result"],
+    )
+    for result, n in JOURNAL.prefix_copy().items():
+        prefix.add_metric([result], n)
+    return [routed, reasons, prefix]
