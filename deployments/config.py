@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from deployments.routing.settings import RoutingSettings
-from deployments.settings_fields import setting_fields, setting_names
 from patched_worker.state import Strategy, SwitchConfig
-from policy.types import PolicyConfig, Rule
+from policy.types import PolicyConfig, PolicySettings, Rule
 
 __all__ = [
-    "POLICY_SETTINGS",
     "ConfigError",
     "DIRECT_STREAMING_ENV",
     "POLICY_NAMESPACE",
@@ -27,7 +25,7 @@ __all__ = [
     "Device",
     "EngineSettings",
     "ModelSettings",
-    "PolicySettings",
+    "PolicySection",
     "ReplicaSettings",
     "RoutingSettings",
     "ServeSettings",
@@ -89,9 +87,9 @@ class SpeculationSettings(_Frozen):
         return SwitchConfig(strategy=self.strategy, start_enabled=self.start_enabled)
 
 
-class _PolicyAppSettings(_Frozen):
-    """The app's own policy settings. PolicySettings adds every policy.types.PolicyConfig field
-    declared as a setting (its type, default and description), so each is declared once."""
+class PolicySection(PolicySettings):
+    """The `policy` section: every policy setting (declared once, on policy.types.PolicySettings,
+    with its bounds) plus the app's own two keys."""
 
     enabled: bool = Field(
         default=True,
@@ -104,41 +102,14 @@ class _PolicyAppSettings(_Frozen):
         description="Name of the policy actor in the Serve namespace.",
     )
 
-    @model_validator(mode="after")
-    def _consistent(self) -> _PolicyAppSettings:
-        self.to_policy_config()  # the policy package's own checks, as one-line errors
-        return self
-
     def to_policy_config(self, batch_cap: int | None = None) -> PolicyConfig:
         """The policy package's PolicyConfig; with `enabled: false` a rule that never proposes a flip."""
-        kw: dict[str, Any] = {name: getattr(self, name) for name in POLICY_SETTINGS}
+        kw: dict[str, Any] = {name: getattr(self, name) for name in PolicySettings.model_fields}
         if batch_cap is not None:
             kw["batch_cap"] = batch_cap
         if not self.enabled:
             kw.update(rule=Rule.HOLD, min_on_replicas=0)
-        try:
-            return PolicyConfig(**kw)
-        except ValueError as e:
-            raise ValueError(str(e).removeprefix("PolicyConfig: ")) from None
-
-
-POLICY_SETTINGS = setting_names(PolicyConfig)
-
-
-def _policy_settings() -> type[_PolicyAppSettings]:
-    return create_model(
-        "PolicySettings",
-        __base__=_PolicyAppSettings,
-        __module__=__name__,
-        __doc__="The `policy` section: the app's own settings plus PolicyConfig's (policy/types.py).",
-        **setting_fields(PolicyConfig),
-    )
-
-
-if TYPE_CHECKING:
-    PolicySettings = _PolicyAppSettings
-else:
-    PolicySettings = _policy_settings()
+        return PolicyConfig(**kw)
 
 
 class EngineSettings(_Frozen):
@@ -341,7 +312,7 @@ POLICY_NAMESPACE = "serve"
 
 def serve_env(config: SpecFlipConfig) -> dict[str, str]:
     """DIRECT_STREAMING_ENV with this config's class header as the header HAProxy forwards."""
-    return {**DIRECT_STREAMING_ENV, "RAY_SERVE_SESSION_ID_HEADER_KEY": config.routing.class_header.lower()}
+    return {**DIRECT_STREAMING_ENV, "RAY_SERVE_SESSION_ID_HEADER_KEY": config.routing.class_header}
 
 
 class SpecFlipConfig(_Frozen):
@@ -350,7 +321,7 @@ class SpecFlipConfig(_Frozen):
         default_factory=SpeculationSettings,
         description="EAGLE-3 shape while ON and the draft upkeep while OFF.",
     )
-    policy: PolicySettings = Field(default_factory=PolicySettings, description="The central ON/OFF policy.")
+    policy: PolicySection = Field(default_factory=PolicySection, description="The central ON/OFF policy.")
     engine: EngineSettings = Field(
         default_factory=EngineSettings, description="SGLang engine of each replica."
     )
@@ -368,10 +339,10 @@ class SpecFlipConfig(_Frozen):
             raise ValueError(
                 "engine.device is cuda but replicas.num_gpus is 0: set num_gpus > 0, or device: cpu"
             )
-        min_on = int(getattr(self.policy, "min_on_replicas"))  # noqa: B009 - a generated field
-        if min_on > self.replicas.count:
+        if self.policy.min_on_replicas > self.replicas.count:
             raise ValueError(
-                f"policy.min_on_replicas ({min_on}) exceeds replicas.count ({self.replicas.count})"
+                f"policy.min_on_replicas ({self.policy.min_on_replicas}) exceeds replicas.count "
+                f"({self.replicas.count})"
             )
         return self
 

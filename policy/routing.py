@@ -31,7 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from policy.types import SpecMode, setting
+from pydantic import Field, field_validator
+
+from policy.types import Settings, SpecMode
 
 __all__ = [
     "STATS_KEY",
@@ -60,22 +62,42 @@ class RequestClass(enum.Enum):
 _TIERS = {"priority": RequestClass.INTERACTIVE, "flex": RequestClass.BATCH, "scale": RequestClass.BATCH}
 
 
-@dataclass(frozen=True)
-class ClassRule:
+class ClassRule(Settings):
     """How a request's class is read, first match wins:
 
-    1. the header `header` (`interactive` | `batch`), where the router sees headers;
+    1. the header `class_header` (`interactive` | `batch`), where the router sees headers;
     2. OpenAI's `service_tier`: `priority` -> interactive, `flex`/`scale` -> batch;
     3. SGLang's/vLLM's `priority` (lower is more urgent): < 0 -> interactive, > 0 -> batch;
     4. `batch_min_max_tokens`: a max_tokens at least this large -> batch;
     5. `non_stream_is_batch`: a request without `stream: true` -> batch;
-    6. `default`.
+    6. `default_class`.
+
+    Its fields are keys of the app config's `routing` section (deployments.routing.settings).
     """
 
-    header: str = "x-specflip-class"
-    default: RequestClass = RequestClass.BATCH
-    batch_min_max_tokens: int | None = None
-    non_stream_is_batch: bool = False
+    class_header: str = Field(
+        default="x-specflip-class",
+        min_length=1,
+        description="HTTP header naming a request's class (interactive | batch), any case. HAProxy "
+        "forwards it to the request router as Serve's session id: Ray's processes need "
+        "RAY_SERVE_SESSION_ID_HEADER_KEY set to it (`specflip serve` sets it from here).",
+    )
+    default_class: RequestClass = Field(
+        default=RequestClass.BATCH,
+        description="Class of a request nothing else classifies (header, service_tier, priority, "
+        "the two rules below).",
+    )
+    batch_min_max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Requests with max_tokens at least this large are batch; null: no such rule.",
+    )
+    non_stream_is_batch: bool = Field(default=False, description="Requests without stream: true are batch.")
+
+    @field_validator("class_header")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()  # HTTP header names are case-insensitive; Starlette lower-cases them
 
 
 def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
@@ -90,7 +112,7 @@ def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
 def classify(rule: ClassRule, body: Any, headers: Mapping[str, str] | None = None) -> RequestClass:
     """The class of a request: `body` is the parsed request (any object with OpenAI's field names
     as attributes, or None), `headers` the HTTP headers where known."""
-    value = _header(headers, rule.header.lower())
+    value = _header(headers, rule.class_header)
     if value in ("interactive", "batch"):
         return RequestClass(value)
     tier = getattr(body, "service_tier", None)
@@ -105,7 +127,7 @@ def classify(rule: ClassRule, body: Any, headers: Mapping[str, str] | None = Non
             return RequestClass.BATCH
     if rule.non_stream_is_batch and body is not None and not getattr(body, "stream", False):
         return RequestClass.BATCH
-    return rule.default
+    return rule.default_class
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,51 +176,51 @@ class ReplicaStats:
             return None
 
 
-@dataclass(frozen=True)
-class RoutingConfig:
-    """How `rank` orders replicas. The fields declared with `setting` are also keys of the app
-    config's `routing` section (deployments.routing.settings), described there by these texts."""
+class RoutingConfig(Settings):
+    """How `rank` orders replicas. Its fields are also keys of the app config's `routing` section
+    (deployments.routing.settings)."""
 
-    stale_after_s: float = setting(
-        2.0, "Stats older than this on any replica: the router falls back to power of two (> 0)."
+    stale_after_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="Stats older than this on any replica: the router falls back to power of two.",
     )
-    max_imbalance: float = setting(
-        8.0,
-        "Requests: when the least-loaded replica of a class's preferred mode carries more than this "
-        "beyond the least-loaded replica of the other mode, the request goes to the other mode (no "
-        "class piles onto its mode while the other idles; >= 0).",
+    max_imbalance: float = Field(
+        default=8.0,
+        ge=0,
+        description="Requests: when the least-loaded replica of a class's preferred mode carries more "
+        "than this beyond the least-loaded replica of the other mode, the request goes to the other "
+        "mode (no class piles onto its mode while the other idles).",
     )
-    per_rank: int = setting(
-        2,
-        "Least-loaded replicas per mode handed to Serve, which probes their queues and takes the "
-        "shortest with room (>= 1).",
+    per_rank: int = Field(
+        default=2,
+        ge=1,
+        description="Least-loaded replicas per mode handed to Serve, which probes their queues and "
+        "takes the shortest with room.",
     )
-    prefix_affinity: bool = setting(
-        True,
-        "Send a request to the replica its prompt's longest known prefix went to (its prefix cache "
-        "may still hold it), within the mode its class prefers and `affinity_max_gap`.",
+    prefix_affinity: bool = Field(
+        default=True,
+        description="Send a request to the replica its prompt's longest known prefix went to (its "
+        "prefix cache may still hold it), within the mode its class prefers and `affinity_max_gap`.",
     )
-    affinity_min_match: float = setting(
-        0.1, "Fraction of a prompt's characters the known prefix must cover to count (0 < x <= 1)."
+    affinity_min_match: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="Fraction of a prompt's characters the known prefix must cover to count.",
     )
-    affinity_max_gap: float = setting(
-        4.0,
-        "Requests: a prefix holder carrying more than this beyond the least-loaded replica of its "
-        "mode loses its priority for this request (>= 0).",
+    affinity_max_gap: float = Field(
+        default=4.0,
+        ge=0,
+        description="Requests: a prefix holder carrying more than this beyond the least-loaded replica "
+        "of its mode loses its priority for this request.",
     )
-    affinity_chars: int = 1024  # characters of a prompt the router remembers and matches
-
-    def __post_init__(self) -> None:
-        if not (self.stale_after_s > 0 and self.max_imbalance >= 0 and self.per_rank >= 1):
-            raise ValueError(
-                "RoutingConfig: need stale_after_s > 0, max_imbalance >= 0, per_rank >= 1, got "
-                f"{self.stale_after_s}, {self.max_imbalance}, {self.per_rank}"
-            )
-        if not (0 < self.affinity_min_match <= 1 and self.affinity_max_gap >= 0 and self.affinity_chars >= 1):
-            raise ValueError(
-                "RoutingConfig: need 0 < affinity_min_match <= 1, affinity_max_gap >= 0, affinity_chars >= 1, "
-                f"got {self.affinity_min_match}, {self.affinity_max_gap}, {self.affinity_chars}"
-            )
+    affinity_chars: int = Field(
+        default=1024,
+        ge=1,
+        le=65536,
+        description="Characters of a prompt's start the router remembers and matches for affinity.",
+    )
 
 
 class RankReason(enum.Enum):

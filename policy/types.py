@@ -1,16 +1,17 @@
 """Plain data the policy speaks: modes, observations, actions, decisions, config, status.
 
-Pure: no ray, torch or sglang. Everything here is a frozen dataclass or an enum, so it
-crosses process boundaries (Ray pickles it by reference to this module) and can be
-compared in tests.
+Pure: no ray, torch or sglang. Everything here is a frozen dataclass, a frozen pydantic model (the
+settings) or an enum, so it crosses process boundaries (Ray pickles it by reference to this module)
+and can be compared in tests.
 """
 
 from __future__ import annotations
 
 import enum
-import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 if TYPE_CHECKING:  # the engine's own record, passed through for operators (a plain dataclass)
     from patched_worker.state import SpeculationState
@@ -25,11 +26,11 @@ __all__ = [
     "Observation",
     "Override",
     "PolicyConfig",
+    "PolicySettings",
     "Reason",
     "ReplicaStatus",
     "Rule",
-    "SETTING",
-    "setting",
+    "Settings",
     "STALE_SOURCE",
     "SetSpeculation",
     "SpecMode",
@@ -185,21 +186,22 @@ class ClientState:
     desired: SpecMode | None  # the last desired mode handed out (None before the first report)
 
 
-SETTING = "setting"  # field metadata key: the description of a field users set in the app config
+class Settings(BaseModel):
+    """Base of the settings records (PolicySettings, PolicyConfig, routing's ClassRule and
+    RoutingConfig): frozen, no unknown keys, finite numbers, enums kept as members. Each field's
+    type, default, bounds and description are declared once, here in the policy package; the app
+    config's `policy` and `routing` sections are subclasses, so the checks are the fields' own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, allow_inf_nan=False)
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with `changes`, validated like the original (pydantic's model_copy is not)."""
+        return self.model_validate({**dict(self), **changes})
 
 
-def setting(default: Any, description: str) -> Any:
-    """A PolicyConfig field that is also a key of the app config's `policy` section (described there)."""
-    return field(default=default, metadata={SETTING: description})
-
-
-@dataclass(frozen=True)
-class PolicyConfig:
-    """Everything the rules and the actor are tuned by. Every field has a usable default.
-
-    Fields made with `_setting` are the app config's `policy` section: deployments.config builds
-    its pydantic model from them (name, type, default, description), so a setting is declared here
-    once. The others are set by the app (`batch_cap`) or are fit internals.
+class PolicySettings(Settings):
+    """The policy settings users set: the app config's `policy` section is this plus the app's own
+    keys (deployments.config.PolicySection). Every field has a usable default.
 
     Cost-model priors are engine step times (seconds) as `base + per_req * batch`,
     derived from the H200 Llama-3.1-8B shapes in ../shared/gpu/README.md: plain decode
@@ -207,119 +209,96 @@ class PolicyConfig:
     that at accept length 3 it gives ~1.9x the tok/s at batch 1 and ~0.5x at batch 128.
     """
 
-    rule: Rule = setting(
-        Rule.THRESHOLD,
-        "Decision rule: threshold (hysteresis on load) | goodput (predicted tok/s with vs without "
-        "speculation) | mixed (threshold, plus enough replicas kept ON for the latency-class "
+    rule: Rule = Field(
+        default=Rule.THRESHOLD,
+        description="Decision rule: threshold (hysteresis on load) | goodput (predicted tok/s with vs "
+        "without speculation) | mixed (threshold, plus enough replicas kept ON for the latency-class "
         "requests in flight, sized by the cost model) | hold (never flips; overrides only).",
     )
-    load_metric: LoadMetric = setting(
-        LoadMetric.RUNNING_PLUS_WAITING,
-        "What counts as a replica's load: running+waiting | running | waiting.",
+    load_metric: LoadMetric = Field(
+        default=LoadMetric.RUNNING_PLUS_WAITING,
+        description="What counts as a replica's load: running+waiting | running | waiting.",
     )
-    high: float = setting(32.0, "threshold: turn speculation OFF when load >= high.")
-    low: float = setting(12.0, "threshold: turn speculation back ON when load <= low.")
-    dwell_s: float = setting(10.0, "Minimum seconds between two flips of one replica.")
-    persist_s: float = setting(
-        0.0,
-        "A rule's wish to flip must hold this many seconds over consecutive ticks before it acts "
-        "(a momentary dip or spike in load is ignored); 0 acts at once.",
+    high: float = Field(default=32.0, description="threshold: turn speculation OFF when load >= high.")
+    low: float = Field(default=12.0, description="threshold: turn speculation back ON when load <= low.")
+    dwell_s: float = Field(
+        default=10.0, ge=0, description="Minimum seconds between two flips of one replica."
     )
-    max_flips_per_tick: int | None = setting(
-        None, "Fleet limit: rule flips per policy tick; null = no limit (overrides never count)."
+    persist_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="A rule's wish to flip must hold this many seconds over consecutive ticks before "
+        "it acts (a momentary dip or spike in load is ignored); 0 acts at once.",
     )
-    min_on_replicas: int = setting(0, "Keep at least this many replicas ON for latency traffic.")
-    mixed_on_fill: float = setting(
-        0.5,
-        "mixed: an ON replica is counted for this fraction of its crossover batch of latency-class "
-        "requests (the batch where the cost model predicts OFF as fast as ON); k = ceil(interactive "
-        "in flight / that).",
+    max_flips_per_tick: int | None = Field(
+        default=None,
+        ge=1,
+        description="Fleet limit: rule flips per policy tick; null = no limit (overrides never count).",
     )
-    stale_after_s: float = setting(5.0, "A replica whose last report is older is never flipped.")
-    goodput_margin: float = setting(
-        0.10, "goodput: flip only if the other mode is predicted better by this fraction."
+    min_on_replicas: int = Field(
+        default=0, ge=0, description="Keep at least this many replicas ON for latency traffic."
     )
-    default_accept_length: float = setting(2.5, "goodput: accept length assumed until a replica reports one.")
+    mixed_on_fill: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="mixed: an ON replica is counted for this fraction of its crossover batch of "
+        "latency-class requests (the batch where the cost model predicts OFF as fast as ON); k = "
+        "ceil(interactive in flight / that).",
+    )
+    stale_after_s: float = Field(
+        default=5.0, gt=0, description="A replica whose last report is older is never flipped."
+    )
+    goodput_margin: float = Field(
+        default=0.10,
+        ge=0,
+        description="goodput: flip only if the other mode is predicted better by this fraction.",
+    )
+    default_accept_length: float = Field(
+        default=2.5,
+        ge=1,
+        description="goodput: accept length assumed until a replica reports one (it counts the bonus "
+        "token, so >= 1).",
+    )
+    off_step_base_s: float = Field(default=4.81e-3, gt=0, description="goodput prior: OFF step base seconds.")
+    off_step_per_req_s: float = Field(
+        default=4.16e-5, ge=0, description="goodput prior: OFF step seconds per request."
+    )
+    on_step_base_s: float = Field(
+        default=7.25e-3,
+        gt=0,
+        description="goodput prior: an engine step ON takes base + per_req * batch seconds; the "
+        "defaults are H200 Llama-3.1-8B numbers: put your engine's measured line here "
+        "(loadtests.bench.step_costs fits it).",
+    )
+    on_step_per_req_s: float = Field(
+        default=4.18e-4, ge=0, description="goodput prior: ON step seconds per request."
+    )
+    tick_s: float = Field(
+        default=1.0, gt=0, le=60, description="Seconds between two policy decisions (actor), at most 60."
+    )
+    ttl_s: float = Field(default=30.0, description="Forget a replica that has not reported for this long.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if not 0 <= self.low < self.high:
+            raise ValueError(f"need 0 <= low < high, got low={self.low} high={self.high}")
+        if self.ttl_s <= self.stale_after_s:
+            raise ValueError(f"ttl_s ({self.ttl_s}) must exceed stale_after_s ({self.stale_after_s})")
+        return self
+
+
+class PolicyConfig(PolicySettings):
+    """Everything the rules and the actor are tuned by: the settings users set, plus what the app
+    sets (`batch_cap`) and the online fit's internals."""
+
     # largest batch the engine runs; goodput predictions cap the load here (the app sets it from
     # engine.max_running_requests)
-    batch_cap: int = 128
-    off_step_base_s: float = setting(4.81e-3, "goodput prior: OFF step base seconds.")
-    off_step_per_req_s: float = setting(4.16e-5, "goodput prior: OFF step seconds per request.")
-    on_step_base_s: float = setting(
-        7.25e-3,
-        "goodput prior: an engine step ON takes base + per_req * batch seconds; the defaults are "
-        "H200 Llama-3.1-8B numbers: put your engine's measured line here.",
-    )
-    on_step_per_req_s: float = setting(4.18e-4, "goodput prior: ON step seconds per request.")
+    batch_cap: int = Field(default=128, ge=1)
     # weight of the prior, in reports, at each of two pseudo-points (batch 1 and batch_cap)
-    prior_weight: float = 2.0
+    prior_weight: float = Field(default=2.0, gt=0)
     # per-report decay of older reports in the online fit, both modes (1.0: never forget)
-    fit_decay: float = 0.95
-    tick_s: float = setting(1.0, "Seconds between two policy decisions (actor), at most 60.")
-    ttl_s: float = setting(30.0, "Forget a replica that has not reported for this long.")
-
-    def __post_init__(self) -> None:
-        problem = _config_problem(self)
-        if problem:
-            raise ValueError(f"PolicyConfig: {problem}")
-
-
-def _config_problem(c: PolicyConfig) -> str | None:
-    if not isinstance(c.rule, Rule) or not isinstance(c.load_metric, LoadMetric):
-        return "rule and load_metric must be Rule and LoadMetric members"
-    numbers = {f: getattr(c, f) for f in _FLOAT_FIELDS}
-    bad = [f for f, v in numbers.items() if not math.isfinite(v)]
-    if bad:
-        return f"{', '.join(bad)} must be finite"
-    if not 0 <= c.low < c.high:
-        return f"need 0 <= low < high, got low={c.low} high={c.high}"
-    if c.dwell_s < 0:
-        return f"dwell_s must be >= 0, got {c.dwell_s}"
-    if c.persist_s < 0:
-        return f"persist_s must be >= 0, got {c.persist_s}"
-    if c.max_flips_per_tick is not None and c.max_flips_per_tick < 1:
-        return f"max_flips_per_tick must be >= 1 or None (no limit), got {c.max_flips_per_tick}"
-    if not 0 < c.mixed_on_fill <= 1:
-        return f"mixed_on_fill must be in (0, 1], got {c.mixed_on_fill}"
-    if c.min_on_replicas < 0:
-        return f"min_on_replicas must be >= 0, got {c.min_on_replicas}"
-    if c.stale_after_s <= 0 or not 0 < c.tick_s <= 60:
-        return f"need stale_after_s > 0 and 0 < tick_s <= 60, got {c.stale_after_s}, {c.tick_s}"
-    if c.ttl_s <= c.stale_after_s:
-        return f"ttl_s ({c.ttl_s}) must exceed stale_after_s ({c.stale_after_s})"
-    if c.goodput_margin < 0:
-        return f"goodput_margin must be >= 0, got {c.goodput_margin}"
-    if c.default_accept_length < 1:
-        return (
-            f"default_accept_length must be >= 1 (it counts the bonus token), got {c.default_accept_length}"
-        )
-    if c.batch_cap < 1:
-        return f"batch_cap must be >= 1, got {c.batch_cap}"
-    if min(c.off_step_base_s, c.on_step_base_s) <= 0 or min(c.off_step_per_req_s, c.on_step_per_req_s) < 0:
-        return "step-time priors need base > 0 and per_req >= 0"
-    if c.prior_weight <= 0 or not 0 < c.fit_decay <= 1:
-        return "need prior_weight > 0 and 0 < fit_decay <= 1"
-    return None
-
-
-_FLOAT_FIELDS = (
-    "high",
-    "low",
-    "dwell_s",
-    "persist_s",
-    "stale_after_s",
-    "goodput_margin",
-    "mixed_on_fill",
-    "default_accept_length",
-    "off_step_base_s",
-    "off_step_per_req_s",
-    "on_step_base_s",
-    "on_step_per_req_s",
-    "prior_weight",
-    "fit_decay",
-    "tick_s",
-    "ttl_s",
-)
+    fit_decay: float = Field(default=0.95, gt=0, le=1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,7 @@ def _imports_in(path: Path) -> list[tuple[str, int, bool]]:
 # deployments/: folder -> the folders and modules of deployments/ it must not import. The floor
 # (config, its settings, the Ray compat layer, the CPU default, the HTTP client) sits under every
 # folder; the top (app, local, cli) assembles them.
-FLOOR = ("deployments.config", "deployments.settings_fields", "deployments.ray_compat", "deployments.defaults",
+FLOOR = ("deployments.config", "deployments.ray_compat", "deployments.defaults",
          "deployments.client", "deployments.routing.settings")  # fmt: skip
 FORBIDDEN = {
     # the LLMRouter process: ranks replicas from their stats, holds no API and no engine

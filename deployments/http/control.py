@@ -169,7 +169,7 @@ def status_document(
 ) -> dict[str, Any]:
     """The whole `/specflip/status` JSON. expected_replicas: how many the app was deployed with, so
     a client can tell "up" (all of them reporting) from "answering" (the ingress alone)."""
-    cfg = {f.name: _plain(getattr(fleet.config, f.name)) for f in dataclasses.fields(fleet.config)}
+    cfg = {name: _plain(value) for name, value in fleet.config}
     if not enabled:  # the actor runs a never-flipping rule then; show what the operator configured
         cfg.pop("rule", None)
         cfg.pop("goodput_margin", None)

@@ -54,7 +54,7 @@ def request_class_of(rule: ClassRule, args: Sequence[Any], session: str | None =
     info = args[1] if len(args) > 1 else None
     headers = getattr(info, "headers", None)
     if not isinstance(headers, Mapping):
-        headers = {rule.header: session} if session else None
+        headers = {rule.class_header: session} if session else None
     return classify(rule, body, headers)
 
 
@@ -110,11 +110,8 @@ class SpecFlipRouter(RequestRouter):
     pending request (whatever its class); without it, Serve matches the request that asked."""
 
     def initialize_state(self, **kwargs: Any) -> None:
-        rule = dict(kwargs.get("class_rule") or {})
-        if "default" in rule:
-            rule["default"] = RequestClass(rule["default"])
-        self.class_rule = ClassRule(**rule)
-        self.routing = RoutingConfig(**(kwargs.get("routing") or {}))
+        self.class_rule = ClassRule.model_validate(kwargs.get("class_rule") or {})
+        self.routing = RoutingConfig.model_validate(kwargs.get("routing") or {})
         self._rng = random.Random()
         self._clock = time.time
         # parsed stats per replica, kept while Serve hands the same stats dict (it replaces the

@@ -22,7 +22,7 @@ import gc
 import heapq
 import random
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from loadtests.sim.model import EngineModel, default_model
 from loadtests.sim.sources import SimRequest, make_source
@@ -145,7 +145,7 @@ def simulate(
         if policy is SimPolicy.THRESHOLD and config.threshold_rule is not None:
             rule = config.threshold_rule
         fleet = FleetView(
-            replace(config.policy, rule=rule, batch_cap=min(config.policy.batch_cap, model.max_running))
+            config.policy.replace(rule=rule, batch_cap=min(config.policy.batch_cap, model.max_running))
         )
     tick_s = config.policy.tick_s
     end = trace.duration_s + config.drain_s

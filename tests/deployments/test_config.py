@@ -85,7 +85,20 @@ BAD = [
         {**MIN, "policy": {"ttl_s": 1, "stale_after_s": 5}},
         "policy: ttl_s (1.0) must exceed stale_after_s (5.0)",
     ),
-    ({**MIN, "policy": {"max_flips_per_tick": 0}}, "policy: max_flips_per_tick must be >= 1"),
+    (
+        {**MIN, "policy": {"max_flips_per_tick": 0}},
+        "policy.max_flips_per_tick: Input should be greater than or equal to 1",
+    ),
+    ({**MIN, "policy": {"dwell_s": float("inf")}}, "policy.dwell_s: Input should be a finite number"),
+    ({**MIN, "routing": {"per_rank": 0}}, "routing.per_rank: Input should be greater than or equal to 1"),
+    (
+        {**MIN, "routing": {"class_header": ""}},
+        "routing.class_header: String should have at least 1 character",
+    ),
+    (
+        {**MIN, "routing": {"default_class": "urgent"}},
+        "routing.default_class: Input should be 'interactive' or 'batch'",
+    ),
     ({**MIN, "speculation": {"steps": 3, "topk": 1, "draft_tokens": 8}}, "with topk=1, draft_tokens must be"),
     (
         {**MIN, "speculation": {"steps": 2, "topk": 4, "draft_tokens": 22}},

@@ -60,7 +60,7 @@ def test_high_load_turns_all_but_k_off_and_latency_demand_keeps_k_on() -> None:
         fleet([40, 50, 36, 60], [10, 0, 10, 0], now=0.0),
         PolicyState(),
         0.0,
-        replace(CFG, rule=Rule.THRESHOLD),
+        CFG.replace(rule=Rule.THRESHOLD),
     )
     assert flips == {f"r{i}": False for i in range(4)}
 
@@ -77,7 +77,7 @@ def test_latency_demand_turns_an_off_replica_back_on_tick_by_tick() -> None:
 
 
 def test_dwell_and_overrides_still_apply() -> None:
-    cfg = replace(CFG, dwell_s=10.0)
+    cfg = CFG.replace(dwell_s=10.0)
     state = with_override(PolicyState(), "r0", Override.FORCE_OFF)
     flips, state = step(fleet([5, 40], [20, 0], 0.0), state, 0.0, cfg)
     assert flips == {"r0": False}  # the override wins over k; r1 (load 40) is the one kept ON

@@ -33,22 +33,22 @@ def body(**fields: Any) -> SimpleNamespace:
     [
         (ClassRule(), None, {"x-specflip-class": "interactive"}, INT),
         (ClassRule(), None, {"X-SpecFlip-Class": " Batch "}, B),  # any case, spaces trimmed
-        (ClassRule(default=INT), None, {"x-specflip-class": "bogus"}, INT),  # unknown value: default
+        (ClassRule(default_class=INT), None, {"x-specflip-class": "bogus"}, INT),  # unknown value: default
         (ClassRule(), body(service_tier="priority"), None, INT),
-        (ClassRule(default=INT), body(service_tier="flex"), None, B),
+        (ClassRule(default_class=INT), body(service_tier="flex"), None, B),
         (ClassRule(), body(service_tier="auto"), None, B),  # auto says nothing: default
         (ClassRule(), body(priority=-1), None, INT),
-        (ClassRule(default=INT), body(priority=5), None, B),
-        (ClassRule(default=INT), body(priority=0), None, INT),
-        (ClassRule(default=INT, batch_min_max_tokens=512), body(max_tokens=512), None, B),
-        (ClassRule(default=INT, batch_min_max_tokens=512), body(max_tokens=511), None, INT),
-        (ClassRule(default=INT, batch_min_max_tokens=64), body(max_completion_tokens=100), None, B),
-        (ClassRule(default=INT, non_stream_is_batch=True), body(stream=False), None, B),
-        (ClassRule(default=INT, non_stream_is_batch=True), body(stream=True), None, INT),
+        (ClassRule(default_class=INT), body(priority=5), None, B),
+        (ClassRule(default_class=INT), body(priority=0), None, INT),
+        (ClassRule(default_class=INT, batch_min_max_tokens=512), body(max_tokens=512), None, B),
+        (ClassRule(default_class=INT, batch_min_max_tokens=512), body(max_tokens=511), None, INT),
+        (ClassRule(default_class=INT, batch_min_max_tokens=64), body(max_completion_tokens=100), None, B),
+        (ClassRule(default_class=INT, non_stream_is_batch=True), body(stream=False), None, B),
+        (ClassRule(default_class=INT, non_stream_is_batch=True), body(stream=True), None, INT),
         # the header wins over the body; the body's tier over priority
         (ClassRule(), body(priority=5), {"x-specflip-class": "interactive"}, INT),
         (ClassRule(), body(service_tier="priority", priority=5), None, INT),
-        (ClassRule(header="x-lane"), None, {"x-lane": "interactive"}, INT),
+        (ClassRule(class_header="x-lane"), None, {"x-lane": "interactive"}, INT),
     ],
 )
 def test_classify(rule: ClassRule, request_body: Any, headers: Any, expected: RequestClass) -> None:
