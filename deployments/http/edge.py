@@ -6,22 +6,29 @@ builds) with Ray's CORS and exception middleware replaced by specflip's: the err
 guard and CORS (`deployments.http.guard`), and the request counter (`deployments.http.metrics`, outermost:
 it sees the final status of every response).
 
-`serve.data_path: direct` (the default): every replica serves this app itself, its routes bound
-to an in-process `SpecFlipIngress` that calls the replica's server without a Ray hop
-(`deployments.replica.http_app`). `ingress`: the `SpecFlipIngress` deployment serves it and reaches the
-replicas through a Serve handle (`deployments.app`).
+Every replica serves this app itself, its routes bound to an in-process `SpecFlipIngress` that
+calls the replica's server without a Ray hop (`deployments.replica.http_app`). The chat and
+completions routes take the body the guard parsed and checked (`guard.with_checked_body`): one JSON
+parse per request.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 from deployments.config import SpecFlipConfig
 from deployments.http.errors import install_handlers
-from deployments.http.guard import add_guard_and_cors
+from deployments.http.guard import add_guard_and_cors, with_checked_body
 from deployments.http.metrics import RequestCountMiddleware
 from deployments.http.routes import ENDPOINTS, install_openapi
-from deployments.ray_compat import openai_fastapi_app, strip_ray_error_and_cors_middleware
+from deployments.ray_compat import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    openai_fastapi_app,
+    strip_ray_error_and_cors_middleware,
+)
 
 __all__ = ["bind_endpoints", "edge_app"]
 
@@ -41,5 +48,11 @@ def bind_endpoints(app: Any, handlers: Any) -> Any:
     """Register every served route of `ENDPOINTS` on `app`, handled by the bound methods of
     `handlers` (an ingress instance living in this process). Returns `app`."""
     for name, route in ENDPOINTS.items():
-        route(app)(getattr(handlers, name))
+        handler = getattr(handlers, name)
+        model = _BODY_MODELS.get(name)
+        route(app)(handler if model is None else with_checked_body(handler, model))
     return app
+
+
+# the routes whose body the guard checks, and the request model each handler takes
+_BODY_MODELS: dict[str, type[BaseModel]] = {"chat": ChatCompletionRequest, "completions": CompletionRequest}

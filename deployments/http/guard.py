@@ -4,9 +4,11 @@ request's whole cost, OpenAI's request schema as this app serves it, prompt size
 model's context). Anything else gets a 400 (413) with the reason before FastAPI and the request
 models see it, and before any replica spends anything on it.
 
-A body that passes is handed on normalized (nulls as defaults, integral floats as integers,
-message content as text: `deployments.http.openai_request`), as `application/json` whatever content
-type the client sent (curl's default form type, `text/plain`): the route reads JSON either way.
+A body that passes is handed on parsed and normalized (nulls as defaults, integral floats as
+integers, message content as text: `deployments.http.openai_request`) in the request's state
+(`checked_body`): the routes validate that dict into the request models (`with_checked_body`), so a
+body is parsed once. It is serialized again only for a reader of the raw body, as
+`application/json` whatever content type the client sent (curl's default form type, `text/plain`).
 """
 
 from __future__ import annotations
@@ -15,23 +17,27 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
 
 from deployments.config import SpecFlipConfig
 from deployments.http.body import Endpoint, Problem, check_body, parse_body
 from deployments.http.errors import error_response
 from deployments.http.limits import ModelLimits, limits_for
 
-__all__ = ["MAX_BODY_BYTES", "BodyCheck", "JsonBodyGuard", "add_guard_and_cors"]
+__all__ = ["MAX_BODY_BYTES", "JsonBodyGuard", "add_guard_and_cors", "checked_body", "with_checked_body"]
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # without a config; else serve.max_body_bytes
 _ENDPOINTS: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+_STATE_KEY = "specflip_body"  # the checked body's key in the ASGI scope's state (Starlette's request.state)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-BodyCheck = Callable[[str, bytes], str | None]  # (path, raw body) -> why it is refused (a 400), or None
 
 
 class JsonBodyGuard:
@@ -39,11 +45,9 @@ class JsonBodyGuard:
         self,
         app: Callable[[Scope, Receive, Send], Awaitable[None]],
         config: SpecFlipConfig | None = None,
-        extra_check: BodyCheck | None = None,
     ) -> None:
         self.app = app
         self._config = config
-        self._extra = extra_check  # after the shared checks (the direct path's structured-output check)
         self._limits: ModelLimits | None = None  # read on first use, on the ingress's node
 
     @property
@@ -91,38 +95,63 @@ class JsonBodyGuard:
         if isinstance(checked, Problem):
             await _refuse(checked, scope, receive, send)
             return
-        body = json.dumps(checked, ensure_ascii=False).encode("utf-8")
-        if self._extra is not None:
-            reason = self._extra(scope.get("path", ""), body)
-            if reason is not None:
-                await _refuse(Problem(400, reason), scope, receive, send)
-                return
         replayed = False
 
-        async def replay() -> Message:
+        async def replay() -> Message:  # only a reader of the raw body pays for serializing it again
             nonlocal replayed
             if not replayed:
                 replayed = True
+                body = json.dumps(checked, ensure_ascii=False).encode("utf-8")
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-type"]
-        scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        state = {**scope.get("state", {}), _STATE_KEY: checked}
+        scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")], "state": state}
         await self.app(scope, replay, send)
+
+
+def checked_body(request: Request) -> dict[str, Any] | None:
+    """The body the guard parsed and checked for this request (None where no guard ran)."""
+    body = request.scope.get("state", {}).get(_STATE_KEY)
+    return body if isinstance(body, dict) else None
+
+
+def with_checked_body(handler: Callable[[Any, Request], Awaitable[Response]], model: type[BaseModel]) -> Any:
+    """A route taking the request alone: the guard's checked body validated into `model` (the
+    request model `handler` takes), no second JSON parse. An invalid body raises FastAPI's
+    RequestValidationError, answered 400 naming the field as FastAPI's own body parsing would be."""
+
+    async def endpoint(request: Request) -> Response:
+        data = checked_body(request)
+        if data is None:  # no guard in front (not the case in the app): parse and check here
+            parsed = parse_body(await request.body())
+            if isinstance(parsed, Problem):
+                return error_response(parsed.status, parsed.message, param=parsed.param)
+            data = parsed
+        try:
+            body = model.model_validate(data)
+        except ValidationError as err:
+            raise RequestValidationError(
+                [{**e, "loc": ("body", *e["loc"])} for e in err.errors(include_url=False)]
+            ) from None
+        return await handler(body, request)
+
+    endpoint.__name__ = getattr(handler, "__name__", "endpoint")  # FastAPI's operation id
+    endpoint.__doc__ = handler.__doc__
+    return endpoint
 
 
 async def _refuse(problem: Problem, scope: Scope, receive: Receive, send: Send) -> None:
     await error_response(problem.status, problem.message, param=problem.param)(scope, receive, send)
 
 
-def add_guard_and_cors(app: Any, config: SpecFlipConfig, extra_check: BodyCheck | None = None) -> None:
+def add_guard_and_cors(app: Any, config: SpecFlipConfig) -> None:
     """The body guard, and CORS for the configured origins only, never with credentials (a bearer
     token authenticates, not cookies), on a FastAPI app that has not started. Any CORS middleware
     the app came with (Ray's, SGLang's: any origin, with credentials) is removed first."""
     app.user_middleware[:] = [m for m in app.user_middleware if m.cls is not CORSMiddleware]
-    app.add_middleware(
-        JsonBodyGuard, config=config, extra_check=extra_check
-    )  # raw-body checks before the request models parse it
+    app.add_middleware(JsonBodyGuard, config=config)  # raw-body checks before the request models see it
     app.add_middleware(
         CORSMiddleware,
         allow_origins=list(config.serve.cors_allow_origins),

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from deployments.config import SpecFlipConfig
 from deployments.http.control_routes import ControlRoutes
 from deployments.http.errors import error_response, fault_response, request_id_of, safe_stream
+from deployments.http.guard import checked_body
 from deployments.http.metrics import ingress_metrics, observe_stream
 from deployments.http.openai_shape import shape_chat_response, shape_completion_response
 from deployments.http.request_report import TALLY_SLOT, TallySlot
@@ -95,16 +96,14 @@ class SpecFlipIngress(OpenAiIngress):
     # -- OpenAI routes: checks, then Ray's handling, timed -------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
         self._default_model(body)
-        reason = check_chat(body, self._limit) or await self._check_structured(body, request, chat=True)
+        reason = check_chat(body, self._limit) or self._check_structured(body, request, chat=True)
         if reason:
             return error_response(400, reason)
         return await self._timed("/v1/chat/completions", body, request, super().chat)
 
     async def completions(self, body: CompletionRequest, request: Request) -> Response:
         self._default_model(body)
-        reason = check_completion(body, self._limit) or await self._check_structured(
-            body, request, chat=False
-        )
+        reason = check_completion(body, self._limit) or self._check_structured(body, request, chat=False)
         if reason:
             return error_response(400, reason)
         return await self._timed("/v1/completions", body, request, super().completions)
@@ -115,9 +114,9 @@ class SpecFlipIngress(OpenAiIngress):
         if "model" not in body.model_fields_set and len(self._model_cards) == 1:
             body.model = next(iter(self._model_cards))
 
-    async def _check_structured(self, body: Any, request: Request, *, chat: bool) -> str | None:
-        # the raw body too: a field the endpoint's request model does not have is dropped silently
-        misplaced = misplaced_fields(await request.body(), chat=chat)
+    def _check_structured(self, body: Any, request: Request, *, chat: bool) -> str | None:
+        # the checked body too: a field the endpoint's request model does not have is dropped silently
+        misplaced = misplaced_fields(checked_body(request) or {}, chat=chat)
         return misplaced or check_structured(body, vocab_size=self._vocab_size)
 
     async def _timed(self, endpoint: str, body: Any, request: Request, handler: Any) -> Response:

@@ -79,17 +79,10 @@ def carries_structured_fields(raw: bytes) -> bool:
     return any(f'"{name}"'.encode() in raw for name in STRUCTURED_FIELDS)
 
 
-def misplaced_fields(raw: bytes, *, chat: bool) -> str | None:
-    """A structured-output field sent to the endpoint whose request model would drop it, or None."""
+def misplaced_fields(body: dict[str, Any], *, chat: bool) -> str | None:
+    """A structured-output field sent to the endpoint whose request model would drop it, or None
+    (`body`: the request as the body guard parsed it)."""
     table = _COMPLETIONS_ONLY if chat else _CHAT_ONLY
-    if not any(f'"{name}"'.encode() in raw for name in table):  # cheap before parsing again
-        return None
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return None  # the body guard answers malformed JSON
-    if not isinstance(body, dict):
-        return None
     for name, hint in table.items():
         if body.get(name) is not None:
             endpoint = "/v1/chat/completions" if chat else "/v1/completions"
