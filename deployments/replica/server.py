@@ -387,7 +387,7 @@ class SpecFlipServer(SGLangServer):
             self._interactive -= interactive
 
     async def _coalesced(self, request: Any, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
-        """Streams: lists of SSE chunks, one list per window (the ingress joins a list); else as is."""
+        """Streams: lists of SSE chunks, one list per window (the HTTP handlers join a list into one write); else as is."""
         window_s = self.config.serve.stream_batching_interval_ms / 1e3
         if not getattr(request, "stream", False) or window_s <= 0:
             async for item in items:

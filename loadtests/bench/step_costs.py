@@ -19,7 +19,6 @@ measured at the same time: the first batch at which OFF's output tok/s reaches O
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
@@ -143,7 +142,7 @@ def write(
     from policy.costmodel import crossover_batch
 
     prior = config.policy.to_policy_config(batch_cap=config.engine.max_running_requests)
-    new = dataclasses.replace(prior, **fitted)
+    new = prior.replace(**fitted)
     acc = np.array([accept if accept is not None else math.nan])
     predicted = float(crossover_batch(new, acc)[0])
     levels = [

@@ -48,6 +48,17 @@ def _run_chain(tmp: Path, config: Path, timeout: float = 900) -> subprocess.Comp
     )
 
 
+def _failed_step_logs(results: Path) -> str:
+    """The end of each chain step's log whose step did not finish: the reason a step failed."""
+    out = []
+    for log in sorted(results.glob("*.log")):
+        if log.stem != "progress" and not (results / f"{log.stem}.done").exists():
+            out.append(
+                f"\n--- {log.name} (last 4000 characters) ---\n{log.read_text(errors='replace')[-4000:]}"
+            )
+    return "".join(out)
+
+
 def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  # noqa: ANN001
     cfg = yaml.safe_load(EXAMPLE.read_text())
     cfg["model"].update(path=model_pair.target, draft_path=model_pair.draft)
@@ -56,7 +67,9 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
     config.write_text(yaml.safe_dump(cfg))
 
     done = _run_chain(tmp_path, config)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, (
+        done.stdout[-2000:] + done.stderr[-2000:] + _failed_step_logs(tmp_path / "results")
+    )
     results = tmp_path / "results"
     data = json.loads((results / "rawvsapp" / "results.json").read_text())
     points = data["points"]
