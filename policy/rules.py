@@ -5,8 +5,9 @@ No ray, torch or sglang; the clock is the `now` argument. One call is one tick:
 1. Per replica, in order of precedence: an unpatched engine is never flipped (its desired
    mode mirrors its actual one); an operator override wins (at once: no dwell, no fleet
    limit); a stale report is never acted on; otherwise the configured rule may want the
-   other mode; a wish younger than `persist_s` (over consecutive decisions) is not acted on,
-   and one inside the dwell time is held.
+   other mode; a wish younger than `persist_s` (over consecutive decisions; a wish to turn
+   speculation ON: `on_persist_s`, at least `persist_s`) is not acted on, and one inside the
+   dwell time is held.
 2. Fleet limits over the wishes: OFF flips go first (they relieve overload), then the
    larger gaps; at most `max_flips_per_tick`; an OFF flip that would leave fewer than
    `min_on_replicas` fresh replicas ON is held (the least-loaded stay ON); if still short,
@@ -104,7 +105,9 @@ def decide(
         gap = np.where(desired, load - config.high, config.low - load)
     raw_wish = auto & (gap >= 0.0)
     since = np.where(raw_wish, np.where(np.isnan(prev.wish_since), now, prev.wish_since), np.nan)
-    wish = raw_wish & (now - since >= config.persist_s)
+    # asymmetric: a wish to go ON (desired OFF now) must outlast the dip between closed-loop waves
+    persist = np.where(desired, config.persist_s, max(config.persist_s, config.on_persist_s))
+    wish = raw_wish & (now - since >= persist)
     dwell_ok = np.isnan(last) | (last <= now - config.dwell_s)
     reason[wish & ~dwell_ok] = _CODE[Reason.DWELL]
 

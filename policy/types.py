@@ -227,8 +227,16 @@ class PolicySettings(Settings):
     persist_s: float = Field(
         default=0.0,
         ge=0,
-        description="A rule's wish to flip must hold this many seconds over consecutive ticks before "
-        "it acts (a momentary dip or spike in load is ignored); 0 acts at once.",
+        description="A rule's wish to flip (either way) must hold this many seconds over consecutive "
+        "ticks before it acts (a momentary spike in load is ignored); 0 acts at once.",
+    )
+    on_persist_s: float = Field(
+        default=3.0,
+        ge=0,
+        description="A wish to turn speculation back ON must hold this many seconds over consecutive "
+        "ticks (at least persist_s) before it acts: between two waves of a closed-loop client a "
+        "replica's load dips to ~0 for a moment, which is not low load. Turning OFF waits only "
+        "persist_s, so relief under load stays prompt.",
     )
     max_flips_per_tick: int | None = Field(
         default=None,

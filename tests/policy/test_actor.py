@@ -29,7 +29,7 @@ from policy.types import (  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 NS = "specflip-policy-tests"
 ON, OFF = SpecMode.ON, SpecMode.OFF
-CONFIG = PolicyConfig(tick_s=0.1, dwell_s=0, high=32, low=12, stale_after_s=2, ttl_s=3)
+CONFIG = PolicyConfig(tick_s=0.1, dwell_s=0, on_persist_s=0, high=32, low=12, stale_after_s=2, ttl_s=3)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_several_replicas_register_report_and_get_their_desired_mode_in_the_same
 
 
 def test_replicas_that_stop_reporting_expire_after_the_ttl(ray_cluster: None) -> None:
-    config = PolicyConfig(tick_s=0.1, dwell_s=0, stale_after_s=0.5, ttl_s=1.5)
+    config = PolicyConfig(tick_s=0.1, dwell_s=0, on_persist_s=0, stale_after_s=0.5, ttl_s=1.5)
     name = _name()
     actor = get_or_create_policy_actor(name, config, namespace=NS)
     alive = PolicyClient("alive", name, config, namespace=NS, timeout_s=10)

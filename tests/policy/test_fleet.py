@@ -11,7 +11,7 @@ from policy.types import Override, PolicyConfig, Reason, SpecMode, UnknownReplic
 from .helpers import obs
 
 ON, OFF = SpecMode.ON, SpecMode.OFF
-CONFIG = PolicyConfig(high=32, low=12, dwell_s=0, stale_after_s=5, ttl_s=30)
+CONFIG = PolicyConfig(high=32, low=12, dwell_s=0, on_persist_s=0, stale_after_s=5, ttl_s=30)
 
 
 def test_first_report_registers_and_keeps_the_mode_until_a_tick_decides() -> None:

@@ -34,7 +34,7 @@ def drive_one(
 
 
 def test_threshold_hysteresis_no_flip_inside_the_band() -> None:
-    config = PolicyConfig(rule=Rule.THRESHOLD, high=32, low=12, dwell_s=0)
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=32, low=12, on_persist_s=0, dwell_s=0)
     drive_one(
         config,
         [
@@ -58,7 +58,7 @@ def test_hold_rule_never_flips_at_any_load() -> None:
 
 
 def test_threshold_dwell_blocks_flips_until_it_elapses() -> None:
-    config = PolicyConfig(rule=Rule.THRESHOLD, high=32, low=12, dwell_s=10)
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=32, low=12, on_persist_s=0, dwell_s=10)
     drive_one(
         config,
         [
@@ -75,7 +75,7 @@ def test_threshold_dwell_blocks_flips_until_it_elapses() -> None:
 
 
 def test_persist_a_wish_must_hold_over_consecutive_decisions_before_it_flips() -> None:
-    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0, persist_s=1.0)
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0, persist_s=1.0, on_persist_s=1.0)
     drive_one(
         config,
         [
@@ -93,7 +93,7 @@ def test_persist_a_wish_must_hold_over_consecutive_decisions_before_it_flips() -
 
 
 def test_persist_counts_during_dwell_and_flips_once_both_allow() -> None:
-    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=3.0, persist_s=1.0)
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=3.0, persist_s=1.0, on_persist_s=1.0)
     drive_one(
         config,
         [
@@ -107,14 +107,14 @@ def test_persist_counts_during_dwell_and_flips_once_both_allow() -> None:
 
 
 def test_zero_persist_acts_on_the_first_decision_as_before() -> None:
-    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0, persist_s=0.0)
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0, persist_s=0.0, on_persist_s=0.0)
     drive_one(config, [(0, 9, OFF, FLIP), (0.25, 0, ON, FLIP), (0.5, 9, OFF, FLIP)])
 
 
 def test_goodput_hysteresis_comes_from_the_margin() -> None:
     # Default priors, accept 3: ON/OFF tok/s ratio is 1.13 at batch 18, 1.08 at 20, 0.92 at 30,
     # 0.89 at 32; with a 10% margin ON->OFF needs batch >= 31 and OFF->ON batch <= 19.
-    config = PolicyConfig(rule=Rule.GOODPUT, goodput_margin=0.10, dwell_s=0)
+    config = PolicyConfig(rule=Rule.GOODPUT, goodput_margin=0.10, on_persist_s=0, dwell_s=0)
     drive_one(
         config,
         [
@@ -131,7 +131,7 @@ def test_goodput_hysteresis_comes_from_the_margin() -> None:
 
 
 def test_goodput_dwell_applies_too() -> None:
-    config = PolicyConfig(rule=Rule.GOODPUT, dwell_s=5)
+    config = PolicyConfig(rule=Rule.GOODPUT, on_persist_s=0, dwell_s=5)
     drive_one(config, [(0, 64, OFF, FLIP), (1, 1, OFF, DWELL), (4.9, 1, OFF, DWELL), (5, 1, ON, FLIP)])
 
 
@@ -166,7 +166,7 @@ def test_goodput_fit_learns_a_replica_whose_speculation_is_slower_than_the_prior
 
 def test_goodput_uses_the_reported_accept_length_else_the_last_one_else_the_default() -> None:
     # Batch 10: the default accept 2.5 predicts ON 14% better than OFF; accept 1.2 predicts it worse.
-    config = PolicyConfig(rule=Rule.GOODPUT, dwell_s=0, default_accept_length=2.5)
+    config = PolicyConfig(rule=Rule.GOODPUT, on_persist_s=0, dwell_s=0, default_accept_length=2.5)
     state = PolicyState()
     rows = [  # (now, mode, reported accept, desired after the tick)
         (0, OFF, None, ON),  # nothing known: the default
@@ -199,7 +199,7 @@ def test_fleet_limit_at_most_k_flips_per_tick_biggest_gap_first(rule: Rule) -> N
 
 def test_fleet_limit_puts_off_flips_first() -> None:
     """With one flip per tick, relieving an overloaded replica beats speeding up an idle one."""
-    config = PolicyConfig(high=32, low=12, max_flips_per_tick=1, dwell_s=0)
+    config = PolicyConfig(high=32, low=12, max_flips_per_tick=1, on_persist_s=0, dwell_s=0)
     modes = {"x": ON, "y": OFF, "z": OFF}
     loads = {"x": 33, "y": 0, "z": 0}  # x is 1 past high; y and z are 12 under low
     state = PolicyState()
@@ -331,3 +331,63 @@ def test_last_report_of_a_replica_wins_within_one_tick() -> None:
     batch: list[Observation] = [obs("r", 100, at=0), replace(obs("r", 100, at=0), running=1)]
     actions, _ = decide(batch, PolicyState(), config, 0)
     assert actions == ()
+
+
+# the H200 run of 2026-12-03: a closed-loop client at c=256 with fixed lengths runs in waves of ~5 s;
+# between two waves the replica's load reads ~1 for one tick, and with ON acting at once the goodput
+# rule flipped ON at every gap (8 flips in 17 s). One row per 0.5-s tick: waves of batch 236, a one-tick gap.
+_WAVES = [(0.5 * i, 1 if i % 10 == 9 else 236) for i in range(1, 120)]
+
+
+@pytest.mark.parametrize("rule", FLIPPING_RULES)
+def test_default_config_holds_off_through_the_gaps_between_closed_loop_waves(rule: Rule) -> None:
+    config = PolicyConfig(rule=rule, high=32, low=12, dwell_s=2.0, tick_s=0.5, batch_cap=256)
+    state, mode, flips = PolicyState(), ON, []
+    for now, load in _WAVES:
+        actions, state = decide([obs("r", load, at=now, mode=mode)], state, config, now)
+        flips += [(now, a.enabled) for a in actions]
+        mode = state.replicas["r"].desired
+    assert flips == [(0.5, False)]  # one decision (OFF, at once), then no flip in 59 s
+
+
+@pytest.mark.parametrize("rule", FLIPPING_RULES)
+def test_acting_on_at_once_flaps_at_every_gap(rule: Rule) -> None:
+    """The counter-example the default guards against (on_persist_s=0: the old behaviour)."""
+    config = PolicyConfig(rule=rule, high=32, low=12, dwell_s=2.0, tick_s=0.5, batch_cap=256, on_persist_s=0)
+    state, mode, flips = PolicyState(), ON, 0
+    for now, load in _WAVES:
+        actions, state = decide([obs("r", load, at=now, mode=mode)], state, config, now)
+        flips += len(actions)
+        mode = state.replicas["r"].desired
+    assert flips >= 20  # ON at each of the 11 gaps, OFF again at the next wave
+
+
+def test_default_on_persistence_turns_on_once_low_has_held_and_off_at_once() -> None:
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0)
+    assert (config.persist_s, config.on_persist_s) == (0.0, 3.0)
+    drive_one(
+        config,
+        [
+            (0.0, 9, OFF, FLIP),  # OFF at once
+            (0.5, 0, OFF, HOLD),  # low for a moment ...
+            (1.0, 9, OFF, HOLD),  # ... forgotten
+            (1.5, 0, OFF, HOLD),  # low from here
+            (4.0, 0, OFF, HOLD),  # 2.5 s
+            (4.5, 0, ON, FLIP),  # 3 s of low
+            (5.0, 9, OFF, FLIP),  # OFF at once again
+        ],
+    )
+
+
+def test_on_persistence_is_at_least_persist_s() -> None:
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0, persist_s=2.0, on_persist_s=0.5)
+    drive_one(
+        config,
+        [
+            (0.0, 9, ON, HOLD),
+            (2.0, 9, OFF, FLIP),
+            (2.5, 0, OFF, HOLD),
+            (4.0, 0, OFF, HOLD),
+            (4.5, 0, ON, FLIP),
+        ],
+    )
