@@ -23,6 +23,9 @@
 #   CHAIN_RAWVSAPP  extra arguments of loadtests.rawvsapp, replacing the default levels and windows
 #   CHAIN_ARRIVALS  arguments of loadtests.bench.engine_arrivals (the engines alone under arrivals);
 #                   when set, that step runs before rawvsapp (e.g. "--concurrency 64,128,256")
+#   CHAIN_SWEEP     arguments of loadtests.bench.client_sweep (SGLang's own client over the app's
+#                   variants and SGLang's servers); when set, that step runs before rawvsapp
+#   CHAIN_RAWVSAPP=skip  no rawvsapp step
 #   CHAIN_ENV_SH    a file to source first (default: the bundle's .gpu-bundle/device/env.sh, if present)
 #   CHAIN_JIT       kernels compiled on an earlier host (default .gpu-jit: flashinfer-cache.tgz,
 #                   tvmffi-cache.tgz; carry it with the last part): unpacked before the first engine
@@ -102,7 +105,14 @@ pack_jit() {
   log "JIT caches packed into $R/jit"
 }
 [ -n "${CHAIN_ARRIVALS:-}" ] && pack_jit
-# shellcheck disable=SC2086  # ARGS is a list of words
-step rawvsapp python3 -m loadtests.rawvsapp --config "$CONFIG" --out "$R/rawvsapp" $ARGS || exit 1
-pack_jit
-log "all done: $R/rawvsapp/report.md"
+if [ -n "${CHAIN_SWEEP:-}" ]; then
+  # shellcheck disable=SC2086  # a list of words
+  step sweep python3 -m loadtests.bench.client_sweep --config "$CONFIG" --out "$R/sweep" $CHAIN_SWEEP || exit 1
+  pack_jit
+fi
+if [ "$ARGS" != skip ]; then
+  # shellcheck disable=SC2086  # ARGS is a list of words
+  step rawvsapp python3 -m loadtests.rawvsapp --config "$CONFIG" --out "$R/rawvsapp" $ARGS || exit 1
+  pack_jit
+fi
+log "all done: $R"

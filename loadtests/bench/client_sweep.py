@@ -1,0 +1,346 @@
+"""SGLang's own benchmark client (`sglang.benchmark.serving`) over variants and concurrency levels, in
+one process: the app held ON, held OFF and left to its policy (`dynamic`), and SGLang's own servers
+(`raw_eagle`, `raw_plain`) with the same engine arguments, one after the other on one host.
+
+    python -m loadtests.bench.client_sweep --config deployments/examples/h200-dummy8b-tree.yaml \\
+        --shape tree --variants dynamic,on,off,raw_eagle,raw_plain --concurrency 1,16,64,256 \\
+        --prompts 1=40,16=352,64=768,256=1024 --out out/client_sweep
+
+The workload is the one of issue reports and the seed: `--backend sglang-oai`, `random-ids` prompts of
+`--input-len` token ids and `--output-len` tokens each with `--random-range-ratio 1` (fixed lengths),
+so a closed-loop client runs in waves: the case a dynamic policy must not flap on. The client is
+imported once (a fresh `python -m sglang.benchmark.serving` spends 25-30 s loading before it sends)
+and its `run_benchmark` called per run. A run is a whole client run (first send to last token);
+`--prompts C=N` sizes it (default `--min-waves` waves of C), and the CSV keeps each run's duration so
+a run shorter than 20 s shows. Referee: the engine's own decode tokens over the run (the replicas'
+`generated_tokens` for the app, the scheduler's decode lines for a raw server). For app runs the
+replicas' status is polled every 0.5 s: the flips inside each run and the mode over time
+(status.csv) come from there.
+
+Writes into --out after every run: sweep.csv (shape, variant, concurrency, repeat, output_tok_s,
+ttft_p50_ms, tpot_p50_ms, flips, then the rest), results.json, status.csv, and per run SGLang's
+own JSONL line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CSV_FIRST", "SweepRun", "main"]
+
+APP_VARIANTS = {"on": "on", "off": "off", "dynamic": "auto"}  # variant -> the override that makes it
+RAW_VARIANTS = {"raw_eagle": "on", "raw_plain": "off"}  # variant -> raw_sglang --speculation
+CSV_FIRST = (
+    "shape",
+    "variant",
+    "concurrency",
+    "repeat",
+    "output_tok_s",
+    "ttft_p50_ms",
+    "tpot_p50_ms",
+    "flips",
+)
+CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One client run at one level against one variant."""
+
+    shape: str
+    variant: str
+    concurrency: int
+    repeat: int
+    output_tok_s: float
+    ttft_p50_ms: float | None
+    tpot_p50_ms: float | None
+    flips: int | None  # flips of the app's replicas inside the run (None: a raw server)
+    ttft_p99_ms: float | None
+    tpot_p99_ms: float | None
+    itl_p50_ms: float | None
+    itl_p99_ms: float | None
+    duration_s: float
+    prompts: int
+    completed: int
+    output_tokens: int
+    engine_tok_s: float | None  # the referee: the engine's own decode tokens over the run
+    on_fraction: float | None  # share of status samples with speculation ON (app runs)
+    engine_running: float | None  # mean running batch over the run (the engine's decode lines)
+    engine_queued: float | None  # mean requests waiting for a prefill (the same lines)
+    started: float  # epoch seconds
+
+
+def log(msg: str) -> None:
+    print(f"[client-sweep {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class SglangClient:
+    """`sglang.benchmark.serving` imported once; `run(...)` is one benchmark run, its result dict."""
+
+    def __init__(self) -> None:
+        # offline: the client asks the hub about the served model id (a chat-template check), and each
+        # of its retries waits; with no network that alone cost ~45 s per run
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import sglang.benchmark.serving as bench  # the tooling's client, not the product's engine
+
+        self._bench = bench
+        captured: list[argparse.Namespace] = []
+        real = bench.run_benchmark
+        bench.run_benchmark = captured.append  # cli_main parses, then hands us its Namespace
+        argv = sys.argv
+        try:
+            sys.argv = ["sglang.benchmark.serving", "--backend", "sglang-oai", "--dataset-name", "random-ids"]
+            bench.cli_main()
+        finally:
+            sys.argv, bench.run_benchmark = argv, real
+        self._defaults = captured[0]
+
+    def run(self, **overrides: Any) -> dict[str, Any]:
+        args = argparse.Namespace(**{**vars(self._defaults), **overrides})
+        result = self._bench.run_benchmark(args)
+        return dict(result or {})
+
+
+def _flips(samples: list[Any]) -> int:
+    """Flips inside the samples: per replica, the growth of its reported flip count."""
+    by_replica: dict[str, list[int]] = {}
+    for s in samples:
+        by_replica.setdefault(s.replica_id, []).append(s.flips)
+    return sum(max(v) - v[0] for v in by_replica.values())
+
+
+class Sweep:
+    def __init__(self, args: argparse.Namespace) -> None:
+        from deployments.config import Device, load_config
+
+        self.args, self.out = args, Path(args.out)
+        config = load_config(str(args.config))
+        self.model_id = config.model.id
+        self.tokenizer = args.tokenizer or config.model.tokenizer_path or config.model.path
+        self.cpu = config.engine.device is Device.CPU
+        self.client = SglangClient()
+        self.runs: list[SweepRun] = []
+        self.status_rows: list[dict[str, Any]] = []
+        self.out.mkdir(parents=True, exist_ok=True)
+
+    def prompts(self, c: int) -> int:
+        return self.args.prompts.get(c, c * self.args.min_waves)
+
+    def one(
+        self, url: str, variant: str, c: int, k: int, referee: Any, poller_client: Any, lines: Any = None
+    ) -> None:
+        """One client run; `referee` counts the engine's tokens, `lines` (a LogReferee over the engine's
+        decode lines, when it logs them) gives its batch and queue."""
+        from loadtests.control import StatusPoller, on_fraction
+
+        a, n = self.args, self.prompts(c)
+        jsonl = self.out / f"sglang-{variant}-c{c}-r{k}.jsonl"
+        kwargs = dict(
+            base_url=url, model=self.model_id, tokenizer=self.tokenizer, num_prompts=n, max_concurrency=c,
+            random_input_len=a.input_len, random_output_len=a.output_len, random_range_ratio=1.0,
+            output_file=str(jsonl), disable_tqdm=True, seed=a.seed + k, request_rate=float("inf"),
+        )  # fmt: skip
+        poller = StatusPoller(poller_client, interval=0.5) if poller_client is not None else None
+        started = time.time()
+        if poller is not None:
+            with poller:
+                result = self.client.run(**kwargs)
+        else:
+            result = self.client.run(**kwargs)
+        ended = time.time()
+        duration = float(result.get("duration") or (ended - started))
+        samples = poller.samples if poller is not None else []
+        for s in samples:
+            self.status_rows.append(
+                {
+                    "variant": variant,
+                    "concurrency": c,
+                    "repeat": k,
+                    **asdict(s),
+                    "t_rel": round(s.t - started, 3),
+                }
+            )
+        engine = None
+        if referee is not None:
+            tokens = referee.tokens(started, ended) if hasattr(referee, "tokens") else None
+            engine = tokens / duration if tokens and duration > 0 else referee.rate(ended - duration, ended)
+        run = SweepRun(
+            shape=a.shape, variant=variant, concurrency=c, repeat=k,
+            output_tok_s=round(float(result.get("output_throughput") or 0.0), 1),
+            ttft_p50_ms=_ms(result, "median_ttft_ms"), tpot_p50_ms=_ms(result, "median_tpot_ms"),
+            flips=_flips(samples) if poller is not None else None,
+            ttft_p99_ms=_ms(result, "p99_ttft_ms"), tpot_p99_ms=_ms(result, "p99_tpot_ms"),
+            itl_p50_ms=_ms(result, "median_itl_ms"), itl_p99_ms=_ms(result, "p99_itl_ms"),
+            duration_s=round(duration, 2), prompts=n, completed=int(result.get("completed") or 0),
+            output_tokens=int(result.get("total_output_tokens") or 0),
+            engine_tok_s=None if engine is None else round(engine, 1),
+            on_fraction=None if not samples else round(on_fraction(samples) or 0.0, 3),
+            engine_running=_round(lines.running(started, ended)) if lines is not None else None,
+            engine_queued=_round(lines.queued(started, ended)) if lines is not None else None,
+            started=round(started, 3),
+        )  # fmt: skip
+        self.runs.append(run)
+        log(
+            f"{variant} c={c} repeat {k}: {run.output_tok_s:,.0f} tok/s over {run.duration_s:.1f} s "
+            f"({run.completed}/{n} done; engine {run.engine_tok_s or 0:,.0f}), TTFT p50 {run.ttft_p50_ms} ms, "
+            f"TPOT p50 {run.tpot_p50_ms} ms, ITL p99 {run.itl_p99_ms} ms"
+            + f", batch {run.engine_running}, queue {run.engine_queued}"
+            + ("" if run.flips is None else f", {run.flips} flips, ON {run.on_fraction:.0%} of samples")
+        )
+        self.write()
+
+    def levels(self) -> list[tuple[int, int]]:
+        return [(c, k) for c in self.args.concurrency for k in range(self.args.repeat)]
+
+    def run_app(self, variants: list[str]) -> None:
+        from deployments.client import SpecflipClient
+        from loadtests.launcher import CommandLauncher, Variant, VariantSpec
+        from loadtests.profiles import serving_processes
+        from loadtests.referee import LogReferee, StatusReferee, replica_log_paths
+
+        a = self.args
+        token = os.environ.get("SPECFLIP_CONTROL_TOKEN") or "client-sweep"
+        specs = {
+            Variant(v): VariantSpec(Variant(v), str(a.config), APP_VARIANTS[v], f"app {v}") for v in variants
+        }
+        env = {**os.environ, "SPECFLIP_CONTROL_TOKEN": token}
+        launcher = CommandLauncher(
+            f"{sys.executable} -m deployments serve --config {{config}} --port {{port}}", token=token,
+            specs=specs, ready_timeout=a.ready_timeout, log_dir=self.out / "app", env=env, log=log,
+        )  # fmt: skip
+        try:
+            for v in variants:
+                url = launcher.start(Variant(v))
+                referee = StatusReferee(url)
+                pid = launcher.proc.pid if launcher.proc is not None else None
+                logs = replica_log_paths(serving_processes("app", pid).get("replica"))
+                lines = LogReferee(logs) if logs else None  # one replica whose engine logs at info
+                try:
+                    with SpecflipClient(url, token, timeout=10.0) as client:
+                        for c, k in self.levels():
+                            self.one(url, v, c, k, referee, client, lines)
+                finally:
+                    referee.close()
+        finally:
+            launcher.stop()
+
+    def run_raw(self, variant: str) -> None:
+        from loadtests.launcher import free_port
+        from loadtests.referee import LogReferee
+        from loadtests.servers import ServerProcess
+
+        a = self.args
+        port = free_port()
+        cmd = [sys.executable, "-m", "loadtests.raw_sglang", "--config", str(a.config), "--port", str(port),
+               "--speculation", RAW_VARIANTS[variant]]  # fmt: skip
+        env = {**os.environ, **(CPU_ENV if self.cpu else {})}
+        server = ServerProcess(cmd, self.out / f"{variant}.log", env=env, log=log)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            took = server.wait_ready(url + "/v1/models", a.ready_timeout)
+            log(f"{variant}: SGLang's server up after {took:.0f} s")
+            referee = LogReferee(server.log_path)
+            for c, k in self.levels():
+                self.one(url, variant, c, k, referee, None, referee)
+        finally:
+            server.stop()
+
+    def write(self) -> None:
+        names = [f.name for f in fields(SweepRun)]
+        with (self.out / "sweep.csv").open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=names)
+            w.writeheader()
+            w.writerows(asdict(r) for r in self.runs)
+        if self.status_rows:
+            with (self.out / "status.csv").open("w", newline="") as fh:
+                w = csv.DictWriter(fh, fieldnames=list(self.status_rows[0]))
+                w.writeheader()
+                w.writerows(self.status_rows)
+        settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items()}
+        doc = {"settings": settings, "runs": [asdict(r) for r in self.runs]}
+        (self.out / "results.json").write_text(json.dumps(doc, indent=2))
+
+
+def _ms(result: dict[str, Any], key: str) -> float | None:
+    v = result.get(key)
+    return None if v is None else round(float(v), 2)
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
+
+
+def _pairs(text: str) -> dict[int, int]:
+    return {int(c): int(n) for c, _, n in (x.partition("=") for x in text.split(",") if x.strip())}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m loadtests.bench.client_sweep",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", type=Path, required=True, help="specflip config (its engine args serve all)")
+    p.add_argument("--shape", default="tree", help="label of the draft shape in sweep.csv (e.g. tree, chain)")
+    p.add_argument(
+        "--variants",
+        default="dynamic,on,off,raw_eagle,raw_plain",
+        help=f"comma list, run in this order: {', '.join([*APP_VARIANTS, *RAW_VARIANTS])}",
+    )
+    p.add_argument("--concurrency", default="1,16,64,256", help="levels, in this order")
+    p.add_argument("--repeat", type=int, default=1, help="client runs per level")
+    p.add_argument("--prompts", default="", metavar="C=N,...", help="prompts per run at level C")
+    p.add_argument("--min-waves", type=int, default=4, help="prompts = C x this, where --prompts is silent")
+    p.add_argument("--input-len", type=int, default=64)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--tokenizer", help="tokenizer dir (default: the config's model)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--ready-timeout", type=float, default=900.0)
+    p.add_argument("--out", type=Path, default=Path("out/client_sweep"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.concurrency = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = set(variants) - set(APP_VARIANTS) - set(RAW_VARIANTS)
+    try:
+        args.prompts = _pairs(args.prompts)
+    except ValueError:
+        unknown.add(f"--prompts {args.prompts}")
+    if unknown or not args.concurrency:
+        print(f"client_sweep: unknown {sorted(unknown)} (or no --concurrency)", file=sys.stderr)
+        return 2
+    sweep = Sweep(args)
+    started = time.monotonic()
+    app = [v for v in variants if v in APP_VARIANTS]
+    i = 0
+    while i < len(variants):  # app variants that follow each other share one app start
+        v = variants[i]
+        if v in APP_VARIANTS:
+            group = []
+            while i < len(variants) and variants[i] in APP_VARIANTS:
+                group.append(variants[i])
+                i += 1
+            sweep.run_app(group)
+        else:
+            sweep.run_raw(v)
+            i += 1
+    sweep.write()
+    log(
+        f"done in {time.monotonic() - started:.0f} s ({len(sweep.runs)} runs, app variants {app}): {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
