@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from loadtests.bench.policy_sim_waves import SETTINGS, WaveRun, lockstep_runs
+from loadtests.bench.policy_sim_waves import SETTINGS, WaveRun, lockstep_runs, lockstep_section
 from loadtests.sim import SimConfig, SimPolicy, default_model, lockstep, simulate
 
 BEFORE, DEFAULTS = (label for label, _ in SETTINGS)
@@ -55,3 +55,11 @@ def test_with_the_defaults_a_steady_load_in_waves_flips_once_and_stays(
     assert now.flips_after_first_per_min == 0.0
     assert now.on_share < 0.1  # it did flip: started ON, went OFF at the first wave and stayed OFF
     assert now.vs_best_static >= 0.97  # within a few % of always-off: only the first wave or so runs ON
+
+
+def test_the_report_section_has_a_row_per_level_setting_and_rule(runs: dict) -> None:
+    text = lockstep_section(list(runs.values()), duration_s=120.0, gap_s=0.2, output_tokens=256)
+    assert text.startswith("## lockstep closed loop")
+    rows = [line for line in text.splitlines() if line.startswith("| c=")]
+    assert len(rows) == 2 * len(SETTINGS) * 2  # levels x settings x dynamic rules
+    assert "| c=256 | on_persist_s 0 (before) | goodput |" in text
