@@ -48,13 +48,14 @@ def cpu_demo_config(pair: tuple[str, str], **sections: dict[str, Any]) -> SpecFl
             "strategy": "warm_kv",
             "start_enabled": True,
         },
-        # CPU loads are small: 2 replicas x a handful of requests; speculation OFF at 4 in flight, ON at <= 1,
-        # each only once it has held for 1 s (a closed-loop client between two requests is not "low")
+        # CPU loads are small: 2 replicas x a handful of requests; speculation OFF at 4 in flight (at once:
+        # relief under load stays prompt), back ON at <= 1 once that has held on_persist_s (the field
+        # default, 3 s: the dip between two requests of a closed-loop client is not low load). No
+        # persist_s of its own: on_persist_s already covers that dip, and persist_s would slow OFF too.
         "policy": {
             "high": 4,
             "low": 1,
             "dwell_s": 2.0,
-            "persist_s": 1.0,
             "tick_s": 0.25,
             "stale_after_s": 5.0,
             "ttl_s": 30.0,

@@ -2,7 +2,8 @@
 results to a folder). Tooling: they import the product, nothing in serving imports them.
 
 - `policy_tick`: `rules.decide` time over a 1000-replica fleet (`python -m loadtests.bench.policy_tick`);
-- `policy_sim`: the fleet simulator's static vs dynamic comparison, docs/policy_sim.md and plots;
+- `policy_sim`: the fleet simulator's static vs dynamic comparison, docs/policy_sim.md and plots
+  (`policy_sim_waves`: its lockstep section, a benchmark client's waves at a steady load);
 - `off_cost`: an EAGLE-3 engine held OFF vs a plain engine on a GPU;
 - `step_costs`: fits the goodput rule's step-time priors on this host and writes them into a config;
 - `engine_arrivals`: plain vs specflip OFF/ON engines under closed-loop arrivals, in process (GPU or CPU);

@@ -5,7 +5,8 @@
 
 Writes policy_sim.md and a PNG per scenario: policy_sim.png (open-loop low->high->low, least
 queue), policy_sim_steps.png (staircase through the crossover), policy_sim_sticky.png
-(closed-loop users pinned to replicas, low->high->low).
+(closed-loop users pinned to replicas, low->high->low); the last section, a table without a plot,
+is a benchmark client's lockstep waves at a steady load (loadtests.bench.policy_sim_waves).
 matplotlib is imported only when plotting.
 """
 
@@ -14,11 +15,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from loadtests.bench.policy_sim_waves import lockstep_runs, lockstep_section
 from loadtests.markdown import table
 from loadtests.metrics import percentile
 from loadtests.sim import SimConfig, SimPolicy, SimResult, simulate
@@ -276,6 +278,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{_pct(decisions, 50) * 1e3:.3f} ms per tick at {args.replicas} replicas.\n"
         )
         print(f"{title}: wrote {png}")
+    # one replica running each wave in one batch, 256 users at most
+    wave_model = replace(model, max_running=max(model.max_running, 256))
+    duration, gap, length = 2 * args.phase_s, 0.2, 256
+    runs = lockstep_runs(
+        duration_s=duration, gap_s=gap, output_tokens=length, seed=args.seed, model=wave_model
+    )
+    sections.append(lockstep_section(runs, duration_s=duration, gap_s=gap, output_tokens=length))
+    print("lockstep closed loop: simulated")
     doc = args.out / "policy_sim.md"
     doc.write_text(_header(model, config, args) + "\n" + "\n".join(sections))
     print(f"wrote {doc}")
@@ -319,3 +329,7 @@ def _header(model: EngineModel, config: SimConfig, args: argparse.Namespace) -> 
         "Output tok/s is what the fleet produced during the phase (a static mode that falls behind "
         "produces its backlog later); TTFT counts requests still queued at the end by their wait so far.\n"
     )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

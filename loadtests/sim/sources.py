@@ -116,7 +116,10 @@ class UserSource:
     def _schedule(self, user: int, t: float) -> None:
         if user not in self._live:
             self._live.add(user)
-            heapq.heappush(self._heap, (t + self._rng.expovariate(1 / self._trace.think_s), user))
+            think = self._trace.think_s
+            if not self._trace.fixed_think:
+                think = self._rng.expovariate(1 / think)
+            heapq.heappush(self._heap, (t + think, user))
 
 
 def make_source(

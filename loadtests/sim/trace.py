@@ -6,6 +6,8 @@ shapes (`loadtests.shapes`) and `specflip demo`: a name, a duration, and either 
 `Trace`: open loop, piecewise-constant Poisson arrivals (requests come whatever the fleet does).
 `ClosedLoop`: Locust-style users, each sending its next request a think time after the last
 one finished, optionally pinned to a replica (session affinity) so replicas see uneven load.
+`lockstep`: a benchmark client's closed loop (SGLang's bench_serving with fixed lengths): every
+user starts at once and asks for the same length, so the batch runs in waves with short gaps.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ __all__ = [
     "low_high_low",
     "poisson",
     "steps",
+    "lockstep",
     "sticky_users",
 ]
 
@@ -99,7 +102,7 @@ class Trace(_Phased):
 @dataclass(frozen=True)
 class ClosedLoop(_Phased):
     """Closed-loop users, as Locust runs them: a user sends a request, waits for its last token,
-    thinks (exponential, mean `think_s`) and sends the next. When a phase has fewer users, the
+    thinks (exponential, mean `think_s`; exactly `think_s` with `fixed_think`) and sends the next. When a phase has fewer users, the
     extra ones stop after their request in flight. `replica_weights` pins each user to one
     replica, drawn once with these weights (session affinity, e.g. a cache-aware router keeping
     a tenant's prefix on one replica); None routes every request by least queue instead."""
@@ -110,6 +113,7 @@ class ClosedLoop(_Phased):
     prompt_tokens: int = 128
     out_min: int = 64
     out_max: int = 192
+    fixed_think: bool = False
 
     def __post_init__(self) -> None:
         if not self.phases or any(p.duration_s <= 0 or p.users < 0 for p in self.phases):
@@ -148,6 +152,28 @@ def sticky_users(
             Phase("low again", phase_s, users=replicas * low_users),
         ),
         replica_weights=weights,
+    )
+
+
+def lockstep(
+    users: int,
+    *,
+    duration_s: float = 120.0,
+    output_tokens: int = 256,
+    prompt_tokens: int = 128,
+    gap_s: float = 0.2,
+) -> ClosedLoop:
+    """SGLang's benchmark client at `--max-concurrency users --random-range-ratio 1`: every request
+    has the same lengths and all users start together, so they finish together and send again
+    together, `gap_s` later (the client's turnaround: HTTP, tokenizing, scheduling). The replica's
+    load is `users` with a momentary dip to 0 between waves: a steady load, not a low one."""
+    return ClosedLoop(
+        (Phase(f"c={users}", duration_s, users=users),),
+        think_s=gap_s,
+        prompt_tokens=prompt_tokens,
+        out_min=output_tokens,
+        out_max=output_tokens,
+        fixed_think=True,
     )
 
 

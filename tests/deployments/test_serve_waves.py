@@ -1,0 +1,122 @@
+"""The real app under a benchmark client's lockstep waves (issue 30): a steady load above the
+policy's `high` whose gaps between waves drop each replica's load to 0 for a moment. The shipped
+defaults (the package's shared app: the CPU default policy with `persist_s` and `on_persist_s` at
+their field defaults; its dwell_s 1 s only makes flapping easier) turn every replica OFF at the
+first waves and keep it OFF. With `on_persist_s` 0 a policy tick inside a gap turned the replica
+back ON and the next wave ran ON: 23 flips per replica in the 30-s steady phase when tried."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from deployments.local import LocalApp, wait_until
+from tests.deployments.conftest import MODEL
+
+pytestmark = pytest.mark.serve
+USERS = 12  # ~6 requests in flight per replica during a wave: above high (4)
+MAX_TOKENS = 160  # every request the same length (ignore_eos): a wave finishes together, 2-3 s
+GAP_S = 0.5  # the client's pause between two waves
+STEADY_S = 30.0
+PROMPTS = ["def add(a, b):", "class Stack:", "for i in range(", "import os\n\ndef"]
+
+
+def _wave(app: LocalApp, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    """USERS requests at once; returns when the last one is answered (a lockstep closed loop)."""
+
+    def one(i: int) -> None:
+        body = {
+            "model": MODEL,
+            "prompt": PROMPTS[i % len(PROMPTS)],
+            "max_tokens": MAX_TOKENS,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+        assert app.client.completion(body)["usage"]["completion_tokens"] == MAX_TOKENS
+
+    for f in [pool.submit(one, i) for i in range(USERS)]:
+        f.result(timeout=120)
+
+
+class _Watch:
+    """Samples /specflip/status in the background: (seconds, replica, mode, running + waiting)."""
+
+    def __init__(self, app: LocalApp, every_s: float = 0.15) -> None:
+        self.samples: list[tuple[float, str, str, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(app, every_s), daemon=True)
+
+    def _run(self, app: LocalApp, every_s: float) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            for r in app.client.replicas():
+                self.samples.append((t, r["replica_id"], r["mode"], r["running"] + r["waiting"]))
+            self._stop.wait(every_s)
+
+    def __enter__(self) -> _Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def _waves_until(app: LocalApp, pool: concurrent.futures.ThreadPoolExecutor, done: Callable[[], bool]) -> int:
+    waves = 0
+    while not done():
+        _wave(app, pool)
+        waves += 1
+        time.sleep(GAP_S)
+    return waves
+
+
+def test_a_steady_load_in_lockstep_waves_turns_each_replica_off_once_and_keeps_it_off(app: LocalApp) -> None:
+    policy = app.config.policy
+    assert (
+        policy.persist_s == 0 and policy.on_persist_s >= 3 * GAP_S
+    )  # the shipped defaults, not a tuned band
+    assert app.client.send_override("auto", "*").status_code == 200
+    wait_until(
+        lambda: {r["mode"] for r in app.client.replicas()} == {"on"}, 30, why="all replicas ON at rest"
+    )
+
+    with concurrent.futures.ThreadPoolExecutor(USERS) as pool:
+        # the first decision: every replica turns OFF within a few waves
+        warm_until = time.monotonic() + 45
+
+        def all_off() -> bool:
+            if time.monotonic() > warm_until:
+                raise AssertionError(f"the waves did not turn every replica OFF: {app.client.replicas()}")
+            return all(r["mode"] == r["desired_mode"] == "off" for r in app.client.replicas())
+
+        _waves_until(app, pool, all_off)
+        flips_before = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
+
+        # the steady phase: the same waves, with the same gaps
+        with _Watch(app) as watch:
+            steady_until = time.monotonic() + STEADY_S
+            waves = _waves_until(app, pool, lambda: time.monotonic() > steady_until)
+    flips_after = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
+    later = {rid: flips_after[rid] - n for rid, n in flips_before.items()}
+
+    # the test can fail: waves with gaps happened, and a replica reported the dip (load <= low) in them
+    assert waves >= 5, waves
+    dips = [s for s in watch.samples if s[3] <= policy.low]
+    assert dips, f"no report caught a gap between waves (load <= {policy.low:g}): {watch.samples[:20]}"
+    on_samples = [s for s in watch.samples if s[2] == "on"]
+    assert all(n == 0 for n in later.values()) and not on_samples, (
+        f"flips during {STEADY_S:g} s of steady waves: {later} ({waves} waves, {len(dips)} dips seen); "
+        f"first ON samples {on_samples[:5]}"
+    )
+
+    # load gone: back ON, once the low load has held on_persist_s
+    wait_until(
+        lambda: {r["mode"] for r in app.client.replicas()} == {"on"},
+        policy.on_persist_s + 20,
+        why="replicas back ON after the waves",
+    )
