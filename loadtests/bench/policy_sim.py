@@ -319,3 +319,7 @@ def _header(model: EngineModel, config: SimConfig, args: argparse.Namespace) -> 
         "Output tok/s is what the fleet produced during the phase (a static mode that falls behind "
         "produces its backlog later); TTFT counts requests still queued at the end by their wait so far.\n"
     )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
