@@ -19,6 +19,7 @@ from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig
 
 from deployments.config import (
+    POLICY_NAMESPACE,
     ConfigError,
     Device,
     SpecFlipConfig,
@@ -85,7 +86,7 @@ def llm_config_for(config: SpecFlipConfig) -> LLMConfig:
     if config.class_routing:
         deployment_config["request_router_config"] = {
             "request_router_class": ROUTER_CLASS,
-            "request_router_kwargs": config.routing.router_kwargs(config.policy.actor_name),
+            "request_router_kwargs": config.routing.router_kwargs(config.policy.actor_name, POLICY_NAMESPACE),
             "request_routing_stats_period_s": config.routing.stats_period_s,
             "request_routing_stats_timeout_s": max(1.0, 4 * config.routing.stats_period_s),
         }

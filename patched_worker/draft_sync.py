@@ -126,12 +126,11 @@ def _kv_projection(attn_mod, x: torch.Tensor):
     """k, v of the fused qkv projection, skipping the q rows when the weight is a plain tensor."""
     proj = attn_mod.qkv_proj
     weight = getattr(proj, "weight", None)
-    plain = (
+    if (
         weight is not None
         and weight.dtype in (torch.float32, torch.bfloat16, torch.float16)
         and getattr(proj, "bias", None) is None
-    )
-    if plain:
+    ):
         kv = F.linear(x, weight[attn_mod.q_size :])  # TP-local rows: [q | k | v] per rank
         return kv.split([attn_mod.kv_size, attn_mod.kv_size], dim=-1)
     qkv, _ = proj(x)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from typing import Any
 
 from sglang.srt.entrypoints.engine import Engine
 from sglang.srt.utils import kill_process_tree
@@ -39,6 +40,11 @@ class SpecFlipEngine(Engine):
     Setups the switch does not support are refused here, before anything starts (UnsupportedSetup).
     """
 
+    # sglang.Engine's attributes this class reads and resets (SGLang ships no types): its zmq socket
+    # to the scheduler (None when it has none) and the weight-cache daemons it may start
+    send_to_rpc: Any
+    _weight_cache_daemon_procs: list[Any]
+
     def __init__(
         self, switch: SwitchConfig | None = None, *, control_timeout_s: float = 60.0, **engine_kwargs
     ):
@@ -67,8 +73,8 @@ class SpecFlipEngine(Engine):
         manager = getattr(self, "tokenizer_manager", None)
         watchdog = getattr(manager, "_subprocess_watchdog", None)
         own = list(getattr(watchdog, "_processes", None) or [])
-        if not own:  # not started this far (or a layout we do not know): SGLang's own cleanup
-            super().shutdown()
+        if not own or watchdog is None:  # not started this far (or a layout we do not know): SGLang's
+            super().shutdown()  # own cleanup
             self._specflip_closed = True
             return
         watchdog.stop()

@@ -129,6 +129,21 @@ def test_each_deployments_folder_imports_only_what_lies_below_it(module: str) ->
     assert not bad, f"{module} ({folder}) imports {bad}"
 
 
+@pytest.mark.parametrize("module", [m for m in SERVING if _folder_of(m) not in (None, "floor")])
+def test_no_folder_imports_a_floor_module_that_imports_the_folder(module: str) -> None:
+    """The floor lies under every folder, but deployments.config imports the routing folder's
+    settings: a routing module that imported the config back would make the two import each other
+    (the router takes the policy actor's namespace from its kwargs instead)."""
+    folder = _folder_of(module)
+    assert folder is not None
+    bad = set()
+    for name, line, _ in _imports(module):
+        floor = next((f for f in FLOOR if _under(name, f)), None)
+        if floor is not None and any(_under(n, folder) for n, _, _ in _imports(floor)):
+            bad.add(f"{floor} (line {line}), which imports {folder}")
+    assert not bad, f"{module} imports {sorted(bad)}"
+
+
 def test_no_two_serving_modules_share_a_name_unless_one_concept_in_two_layers() -> None:
     """Where a name repeats, the folder says the layer: the engine's and the replica's `engine`, the
     HTTP edge's and the engine's `errors` and `control`, the API's and the policy's `metrics`."""

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = [".venv/bin/ruff check .", ".venv/bin/ruff format --check .", ".venv/bin/mypy"]
+MARKERS = [
+    m.split(":")[0]
+    for m in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+]
 
 
 def _commands() -> list[str]:
@@ -15,22 +21,45 @@ def _commands() -> list[str]:
     return [b.strip() for b in re.findall(r"```bash\n(.*?)```", section, flags=re.S)]
 
 
-def _ci_steps() -> list[str]:
-    lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
-    return [ln for ln in lines if ln and not ln.startswith("#") and not ln.startswith(("set ", "cd "))]
+def _ci_stages() -> list[tuple[str, str]]:
+    """(name, command) of each `stage NAME COMMAND...` line of .ci/run, the `bash -c '...'`
+    wrapper and the `tests` wrapper (pytest's exit 5 allowed) taken off the command."""
+    stages = []
+    for line in (ROOT / ".ci" / "run").read_text().splitlines():
+        if line.startswith("stage "):
+            name, command = line.split(" ", 2)[1:]
+            if command.startswith("bash -c '"):
+                command = command.removeprefix("bash -c '").removesuffix("'")
+            stages.append((name, command.removeprefix("tests ")))
+    return stages
 
 
-def test_readme_has_exactly_two_setup_commands_demo_and_tests() -> None:
-    commands = _commands()
-    assert len(commands) == 2 and all("\n" not in c for c in commands), commands
-    assert commands[0].endswith("specflip demo")
-    assert commands[1].endswith("python -m pytest")
+def _selects(expression: str, markers: set[str]) -> bool:
+    """Whether pytest's `-m expression` selects a test carrying `markers` (and, or, not, names)."""
+    names = {name: name in markers for name in MARKERS}
+    return bool(eval(expression, {"__builtins__": {}}, names))  # noqa: S307 - our own marker names
 
 
-def test_ci_runs_the_readme_test_command_with_the_checks_before_the_tests() -> None:
-    """CI = the README's install, then ruff (lint, format) and mypy, then the README's pytest."""
+def test_ci_runs_the_readme_install_then_the_checks_then_the_readme_tests_in_stages() -> None:
+    """CI = the README's install, then ruff (lint, format) and mypy, then the README's pytest split
+    by markers into a fast stage and the engine/serve/GPU stage."""
     install, tests = _commands()[1].rsplit(" && ", 1)
-    assert _ci_steps() == [install, *CHECKS, tests]
+    commands = [command for _, command in _ci_stages()]
+    assert commands[: 1 + len(CHECKS)] == [install, *CHECKS]
+    pytest_stages = commands[1 + len(CHECKS) :]
+    assert [c.split(' -m "')[0] for c in pytest_stages] == [tests, tests], pytest_stages
+    assert pytest_stages[0] == f'{tests} -m "not serve and not engine and not gpu"'
+
+
+def test_the_ci_test_stages_run_every_test_exactly_once() -> None:
+    """Each combination of the suite's markers (pyproject) is selected by exactly one stage: the
+    stages together are the README's pytest, nothing skipped, nothing run twice."""
+    expressions = [c.split(' -m "', 1)[1].rstrip('"') for _, c in _ci_stages() if ' -m "' in c]
+    assert len(expressions) == 2, expressions
+    for size in range(len(MARKERS) + 1):
+        for markers in itertools.combinations(MARKERS, size):
+            chosen = [e for e in expressions if _selects(e, set(markers))]
+            assert len(chosen) == 1, (markers, chosen)
 
 
 def test_demo_command_exists_in_the_cli() -> None:

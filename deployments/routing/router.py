@@ -33,7 +33,6 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
-from deployments.config import POLICY_NAMESPACE
 from deployments.ray_compat import PrefixTree
 from deployments.routing import journal as routing_journal
 from deployments.routing.journal import UNKNOWN_MODE, Routed
@@ -123,6 +122,7 @@ class SpecFlipRouter(RequestRouter):
         self._holders: OrderedDict[str, tuple[frozenset[str], str]] = OrderedDict()
         self._recorded: OrderedDict[str, bool] = OrderedDict()  # requests whose pick was recorded
         self._actor_name: str | None = kwargs.get("policy_actor")  # where routing counts go
+        self._actor_namespace: str | None = kwargs.get("policy_namespace")
         self._actor: Any = None
         self._pushed_at = float("-inf")
         self._push_warned = False
@@ -317,7 +317,7 @@ class SpecFlipRouter(RequestRouter):
             import ray
 
             if self._actor is None:
-                self._actor = ray.get_actor(self._actor_name, namespace=POLICY_NAMESPACE)
+                self._actor = ray.get_actor(self._actor_name, namespace=self._actor_namespace)
             self._actor.push_metrics.remote(f"router:{os.getpid()}", routing_journal.routed_families())
         except Exception:  # noqa: BLE001 - counts only: the actor may be restarting or not created yet
             if self._actor is not None or not self._push_warned:

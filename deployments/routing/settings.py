@@ -39,11 +39,16 @@ class RoutingSettings(ClassRule, RoutingConfig):
     def routing_config(self) -> RoutingConfig:
         return RoutingConfig(**{name: getattr(self, name) for name in RoutingConfig.model_fields})
 
-    def router_kwargs(self, policy_actor: str | None = None) -> dict[str, Any]:
+    def router_kwargs(
+        self, policy_actor: str | None = None, policy_namespace: str | None = None
+    ) -> dict[str, Any]:
         """`request_router_kwargs` of the replica deployment (plain data: Serve serializes it);
-        `policy_actor`: where the router sends its counts."""
+        `policy_actor` in Ray namespace `policy_namespace`: where the router sends its counts (the
+        router takes both from here, so it imports nothing of deployments.config, which imports this
+        folder's settings)."""
         return {
             "policy_actor": policy_actor,
+            "policy_namespace": policy_namespace,
             "class_rule": self.class_rule().model_dump(mode="json"),
             "routing": self.routing_config().model_dump(mode="json"),
         }

@@ -134,7 +134,8 @@ def build_tree_kernel_efficient(
             mask[rs + 1 : rs + n] = False
             if tid == 0:
                 continue
-            d, cur = 0, tid - 1
+            d = 0
+            cur: int | None = tid - 1  # None once past the root (parent_node)
             while cur is not None and cur >= 0:  # mark every ancestor up to the root
                 d += 1
                 mask[rs + cur + 1] = True

@@ -41,6 +41,7 @@ import sys
 import types
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 __all__ = [
     "ENV_FLAG",
@@ -54,6 +55,9 @@ __all__ = [
 
 ENV_FLAG = "SPECFLIP_CPU"
 OVERLAP_ENV = "SPECFLIP_CPU_OVERLAP"  # "1" while building an engine: speculative CPU engine with overlap
+# A module of SGLang or sgl_kernel whose functions a patch below replaces: mypy cannot know those
+# names (SGLang ships no types), so the patches take it as Any; the import hook hands them a ModuleType.
+SglangModule = Any
 _SEQ_LENS_OVERWRITE = "\n        seq_lens = forward_batch.seq_lens\n"
 _ARGMAX_ON_CPU = "if sampling_info.is_all_greedy or _is_cpu or "  # eagle_sample's verify choice
 _SAMPLED_VERIFY_FLAG = "_specflip_argmax_verify_on_cpu"  # what that choice reads instead of _is_cpu
@@ -63,7 +67,7 @@ class CpuShimError(RuntimeError):
     """The CPU shim was asked for where it cannot work; the message says what to do."""
 
 
-def _patch_load_utils(module: ModuleType) -> None:
+def _patch_load_utils(module: SglangModule) -> None:
     """sgl_kernel.load_utils: tolerate the missing CUDA op library, register CPU ops instead."""
     real = module._load_architecture_specific_ops
 
@@ -80,7 +84,7 @@ def _patch_load_utils(module: ModuleType) -> None:
     module._preload_cuda_library = lambda *a, **k: None
 
 
-def _patch_intel_amx_backend(module: ModuleType) -> None:
+def _patch_intel_amx_backend(module: SglangModule) -> None:
     """Hand the speculative seq_lens to the attention kernels (SGLang 0.5.23 behaviour).
 
     Replaces: sglang 0.5.17 srt/layers/attention/intel_amx_backend.py
@@ -122,7 +126,7 @@ def _patch_intel_amx_backend(module: ModuleType) -> None:
     cls._specflip_seq_lens_fix = True
 
 
-def _patch_xgrammar_backend(module: ModuleType) -> None:
+def _patch_xgrammar_backend(module: SglangModule) -> None:
     """Token bitmask in pageable memory, applied to CPU logits by xgrammar's CPU kernel.
 
     Replaces: sglang 0.5.17 srt/constrained/xgrammar_backend.py `_allocate_token_bitmask`
@@ -149,7 +153,7 @@ def _patch_xgrammar_backend(module: ModuleType) -> None:
     cls._specflip_cpu = True
 
 
-def _patch_speculative_hook(module: ModuleType) -> None:
+def _patch_speculative_hook(module: SglangModule) -> None:
     """Keep the overlap scheduler for a speculative CPU engine built while SPECFLIP_CPU_OVERLAP=1.
 
     Replaces: sglang 0.5.17 srt/arg_groups/speculative_hook.py `_disable_overlap_schedule_for_cpu`
@@ -164,7 +168,7 @@ def _patch_speculative_hook(module: ModuleType) -> None:
     module._disable_overlap_schedule_for_cpu = disable_overlap_schedule_for_cpu
 
 
-def _patch_overlap_utils(module: ModuleType) -> None:
+def _patch_overlap_utils(module: SglangModule) -> None:
     """CPU versions of the overlap scheduler's CUDA-only pieces.
 
     Replaces, for CPU tensors only: `torch.Tensor.record_stream` (CUDA streams; a CPU stream is
@@ -195,7 +199,7 @@ def _patch_overlap_utils(module: ModuleType) -> None:
     module.gather_spec_extras = gather_spec_extras
 
 
-def _patch_eagle_sample(module: ModuleType) -> None:
+def _patch_eagle_sample(module: SglangModule) -> None:
     """Sampled verify on CPU for batches that are not all greedy (what SGLang does on the GPU).
 
     Replaces: sglang 0.5.17 srt/speculative/eagle_utils.py `eagle_sample`, whose verify choice
@@ -270,7 +274,7 @@ def _wrap_renorm_for_cpu() -> None:
         setattr(sgl_kernel, name, renorm)
 
 
-_POST_IMPORT: dict[str, Callable[[ModuleType], None]] = {
+_POST_IMPORT: dict[str, Callable[[SglangModule], None]] = {
     "sgl_kernel.load_utils": _patch_load_utils,
     "sglang.srt.layers.attention.intel_amx_backend": _patch_intel_amx_backend,
     "sglang.srt.constrained.xgrammar_backend": _patch_xgrammar_backend,
