@@ -38,6 +38,11 @@ from loadtests.markdown import table, write_section
 __all__ = ["main", "worst_body"]
 
 _REPLICA_TITLE = "ray::ServeReplica:specflip:SpecFlipServer"
+_BEFORE = (
+    "before (issue 31, the same body on main of 2026-12-03, tokenized whole before the engine refused it): "
+    "2 s alone, 20-75 s several at once, state probes missed; 16 at once: Serve restarted 3 replicas "
+    "in ~5 min, 2 of 1,438 normal requests lost, others waited up to 40 s"
+)
 _PROMPTS = ("def add(a, b):", "class Stack:", "import os\n\ndef", "for i in range(", "return self.")
 
 
@@ -223,6 +228,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"{len(result['replica_processes_before'])}, gone by the end {result['replicas_restarted']}); engine "
         f"control timeouts (state reads or switches unanswered in time): {result['control_timeouts']}\n"
         f"- the answer: `{first[:240]}`\n"
+        f"- {_BEFORE}\n"
     )
 
 
