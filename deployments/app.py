@@ -34,6 +34,7 @@ __all__ = [
     "CPU_ENV",
     "CONFIG_ENV",
     "REPLICA_ENV",
+    "LOAD_ROUTER_CLASS",
     "ROUTER_CLASS",
     "assemble",
     "build_app",
@@ -44,6 +45,7 @@ __all__ = [
 CONFIG_ENV = "SPECFLIP_CONFIG"
 # the replica deployment's request router (an import path: Serve imports it where handles route)
 ROUTER_CLASS = "deployments.routing.router.SpecFlipRouter"
+LOAD_ROUTER_CLASS = "deployments.routing.power_of_two.PowerOfTwoRouter"
 # what every process that builds a CPU engine needs before sglang's kernels load (patched_worker.cpu)
 CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
 # Ray Serve's throughput settings, in the replicas (which serve the HTTP app and the engine's
@@ -83,13 +85,16 @@ def llm_config_for(config: SpecFlipConfig) -> LLMConfig:
         "graceful_shutdown_wait_loop_s": 1.0,
         "ray_actor_options": actor_options,
     }
-    if config.class_routing:
-        deployment_config["request_router_config"] = {
-            "request_router_class": ROUTER_CLASS,
-            "request_router_kwargs": config.routing.router_kwargs(config.policy.actor_name, POLICY_NAMESPACE),
-            "request_routing_stats_period_s": config.routing.stats_period_s,
-            "request_routing_stats_timeout_s": max(1.0, 4 * config.routing.stats_period_s),
-        }
+    # class routing: specflip's router; else Serve's power of two, ordered by the load replicas
+    # publish (Ray's direct-streaming builder would pin round robin: deployments.routing.power_of_two)
+    deployment_config["request_router_config"] = {
+        "request_router_class": ROUTER_CLASS if config.class_routing else LOAD_ROUTER_CLASS,
+        "request_router_kwargs": config.routing.router_kwargs(config.policy.actor_name, POLICY_NAMESPACE)
+        if config.class_routing
+        else {},
+        "request_routing_stats_period_s": config.routing.stats_period_s,
+        "request_routing_stats_timeout_s": max(1.0, 4 * config.routing.stats_period_s),
+    }
     return LLMConfig(
         model_loading_config={"model_id": config.model.id, "model_source": config.model.path},
         server_cls=SpecFlipServer,

@@ -25,6 +25,7 @@ __all__ = [
     "CompletionRequest",
     "CompletionResponse",
     "OpenAIHTTPException",
+    "PowerOfTwoChoicesRequestRouter",
     "PrefixTree",
     "SGLangServer",
     "UnsupportedRayVersion",
@@ -102,7 +103,13 @@ from ray.llm._internal.serve.core.ingress.ingress import init as openai_fastapi_
 from ray.llm._internal.serve.core.server.llm_server import _add_openai_models_retrieve_route  # noqa: E402
 from ray.llm._internal.serve.engines.sglang import SGLangServer  # noqa: E402
 from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_tree import PrefixTree  # noqa: E402
+from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter  # noqa: E402
 from ray.serve.context import _get_serve_request_context  # noqa: E402
+
+# - PowerOfTwoChoicesRequestRouter: Serve's default request router, the base of the app's router
+#   when class routing is off (deployments.routing.power_of_two): Ray's direct-streaming builder
+#   pins RoundRobinRouter unless a router is configured, and ray.serve.request_router exports the
+#   base class and mixins but not this policy. Goes when ray.serve.request_router exports it.
 
 # - _get_serve_request_context: the internal request id of the request a replica is handling; a
 #   handle call made while handling it carries the same id to the request router

@@ -12,8 +12,8 @@ SSE streaming, tokenize and `/v1/models` are inherited; on top:
   desired mode;
 - a health check that probes the engine (a scheduler round trip with a timeout);
 - SGLang sampling extras (`ignore_eos`, `top_k`, `min_tokens`, ...) passed through when set;
-- prompts tokenized in a worker thread, refused by size first (deployments.replica.prompts), and
-  OpenAI's token-id prompts passed to the engine as token ids;
+- prompts tokenized on the replica's one tokenizing thread, refused by size first and then as soon
+  as a prefix cannot fit (deployments.replica.prompts); token-id prompts passed to the engine as ids;
 - structured output (`response_format`, `regex`, `ebnf`, `json_schema`, `logit_bias`,
   `stop_regex`) passed to SGLang, and tool calls (`tools` with `tool_choice` "required" or a
   named function) answered as OpenAI `tool_calls` (deployments.http.structured);
@@ -244,9 +244,10 @@ class SpecFlipServer(SGLangServer):
             if rid in manager.rid_to_state:
                 manager.abort_request(rid)
 
-    async def _engine_prompt(self, prompt: Any) -> Any:
-        # raises PromptTooLarge (a 413) for text that cannot fit the context
-        return await tokenize_off_loop(self.engine.tokenizer_manager.tokenizer, prompt, self._limits)
+    async def _engine_prompt(self, request: Any, prompt: Any) -> Any:
+        # raises PromptTooLarge (413) / PromptTooLong (400) for text that cannot fit the context
+        param = "messages" if getattr(request, "messages", None) is not None else "prompt"
+        return await tokenize_off_loop(self.engine.tokenizer_manager.tokenizer, prompt, self._limits, param)
 
     def _render_chat_prompt(self, *args: Any, **kwargs: Any) -> str:
         try:
@@ -257,7 +258,7 @@ class SpecFlipServer(SGLangServer):
             ) from None
 
     async def _generate_raw(self, request: Any, prompt: Any) -> dict[str, Any]:
-        prompt = await self._engine_prompt(prompt)
+        prompt = await self._engine_prompt(request, prompt)
         try:
             raw = await super()._generate_raw(request, prompt)
         except ValueError as err:  # SGLang's own input checks (length, sampling params, grammars)
@@ -274,7 +275,7 @@ class SpecFlipServer(SGLangServer):
         """Ray's loop (cumulative text -> deltas), keeping the prompt's final counts for the usage
         chunk (added to the request's: a completions request streams its prompts one after another)."""
         tally = self._tallies.get(id(request))
-        kwargs = self._build_generate_kwargs(request, await self._engine_prompt(prompt), stream=True)
+        kwargs = self._build_generate_kwargs(request, await self._engine_prompt(request, prompt), stream=True)
         try:
             stream = await self.engine.async_generate(**kwargs)
         except ValueError as err:
@@ -369,9 +370,7 @@ class SpecFlipServer(SGLangServer):
         from policy.routing import RequestClass, classify
 
         request_class = SERVED_CLASS.get()  # as the API edge in front read it (deployments.http.handlers)
-        if (
-            request_class is None
-        ):  # called without it (a Serve handle, a test): read it here, as the router does
+        if request_class is None:  # called without it (a Serve handle, a test): read it as the router does
             headers = getattr(raw_request_info, "headers", None)
             request_class = classify(
                 self._class_rule, request, headers if isinstance(headers, Mapping) else None

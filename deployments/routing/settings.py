@@ -22,8 +22,8 @@ class RoutingSettings(ClassRule, RoutingConfig):
     class_routing: bool = Field(
         default=False,
         description="Route by request class and replica mode (specflip's request router); false "
-        "keeps Ray Serve's power-of-two router. Only with a draft (speculative replicas). Off by "
-        "default until measured on a GPU (docs/routing.md).",
+        "routes by Serve's power of two choices, the less loaded first (routing.power_of_two). Only "
+        "with a draft (speculative replicas). Off by default until measured on a GPU (docs/routing.md).",
     )
     stats_period_s: float = Field(
         default=0.25,

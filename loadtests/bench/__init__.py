@@ -9,7 +9,8 @@ results to a folder). Tooling: they import the product, nothing in serving impor
 - `engine_arrivals`: plain vs specflip OFF/ON engines under closed-loop arrivals, in process (GPU or CPU);
 - `recovery`: acceptance after a re-enable, per draft strategy (CPU);
 - `accept_length`: a model pair's accept length on the real engine (`specflip models eval`);
-- `serve_overhead`: the Ray Serve path against calling the engine directly (CPU).
+- `serve_overhead`: the Ray Serve path against calling the engine directly (CPU);
+- `worst_body`: the worst body under the default caps, alone and 16 at once, with normal load (CPU).
 
 Each runs as `python -m loadtests.bench.<name>`; submodules are not imported here.
 """

@@ -1,15 +1,24 @@
 """A replica's prompt path (deployments.replica.prompts) with the tiny model's real tokenizer: text is
-tokenized as SGLang would, in a worker thread while the event loop keeps running, and text that
-cannot fit the context is refused before it is tokenized."""
+tokenized as SGLang would, in a worker thread while the event loop keeps running, one prompt at
+a time per replica; text that cannot fit the context is refused before it is tokenized (by size)
+or once a prefix of it shows it (by tokens), never after tokenizing all of it."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deployments.http.limits import read_limits
 from deployments.replica.prompts import PromptTooLarge, is_token_ids, tokenize_off_loop
+
+# the default caps (serve.max_prompts, serve.max_input_bytes) and the tiny pair's speculation
+CAPS = {"max_prompts": 64, "max_input_bytes": 4 * 1024 * 1024}
+RESERVED = 4
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +92,117 @@ def test_a_request_beyond_the_caps_is_refused_on_the_replica_too(
     limits = read_limits(target, caps=caps)
     with pytest.raises(PromptTooLarge, match=fragment):
         asyncio.run(tokenize_off_loop(tokenizer, prompt, limits))
+
+
+class CountingTokenizer:
+    """The real tokenizer, counting the characters handed to it and how many calls run at once
+    (instrumentation, not a fake: every call goes to the tokenizer)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer, self.chars, self.in_flight, self.most_in_flight = tokenizer, 0, 0, 0
+        self.is_fast = tokenizer.is_fast
+        self._lock = threading.Lock()
+
+    def _count(self, texts: Any, call: Any) -> Any:
+        with self._lock:
+            self.chars += sum(len(t) for t in ([texts] if isinstance(texts, str) else texts))
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            return call()
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def __call__(self, texts: Any, **kw: Any) -> Any:
+        return self._count(texts, lambda: self._tokenizer(texts, **kw))
+
+    def encode(self, text: str, **kw: Any) -> Any:
+        return self._count(text, lambda: self._tokenizer.encode(text, **kw))
+
+    @property
+    def backend_tokenizer(self) -> Any:
+        outer, backend = self, self._tokenizer.backend_tokenizer
+
+        class Backend:
+            def encode_batch(self, texts: list[str], *a: Any, **kw: Any) -> Any:
+                return outer._count(texts, lambda: backend.encode_batch(texts, *a, **kw))
+
+        return Backend()
+
+
+def test_the_worst_body_under_the_caps_is_refused_after_tokenizing_a_few_contexts_of_it(
+    tokenizer, target: str
+) -> None:
+    """Issue 31, finding 1: 64 x "a " * 32500 (4.16 MB) passes every size check, and the replica
+    tokenized all 2.1 M tokens of it before the engine refused its first prompt. Now the first
+    prompt is refused from a prefix of it: at most a few contexts' worth of characters tokenized."""
+    limits = read_limits(target, reserved_tokens=RESERVED, caps=CAPS)
+    assert limits.context_tokens == 2048
+    worst = ["a " * 32500] * 64
+    assert (
+        sum(len(t) for t in worst) <= CAPS["max_input_bytes"] and limits.too_long("p", len(worst[0])) is None
+    )
+    counting = CountingTokenizer(tokenizer)
+    with pytest.raises(ValueError, match=r"prompt\[0\] is at least \d+ tokens") as refused:
+        asyncio.run(tokenize_off_loop(counting, worst, limits))
+    assert (
+        getattr(refused.value, "status_code", None) == 400
+        and getattr(refused.value, "param", None) == "prompt"
+    )
+    assert counting.chars <= 8 * 2048, f"{counting.chars} characters tokenized for one refusal"
+    # a chat's rendered prompt is refused naming messages
+    with pytest.raises(ValueError, match=r"shorten messages") as chat:
+        asyncio.run(tokenize_off_loop(counting, worst[0], limits, "messages"))
+    assert getattr(chat.value, "param", None) == "messages"
+
+
+def test_one_word_prompts_stop_the_request_at_the_first_that_cannot_fit(tokenizer, target: str) -> None:
+    """No word boundary to cut at: the first prompt is tokenized whole, refused by its count, and
+    the other 63 are not tokenized."""
+    limits = read_limits(target, reserved_tokens=RESERVED, caps=CAPS)
+    counting = CountingTokenizer(tokenizer)
+    with pytest.raises(ValueError, match=r"prompt\[0\] is 32500 tokens"):
+        asyncio.run(tokenize_off_loop(counting, ["ab" * 32_500] * 64, limits))
+    assert counting.chars <= 3 * 65_000
+
+
+def test_a_replica_tokenizes_one_prompt_at_a_time(tokenizer, target: str) -> None:
+    """Many large bodies at once queue on the replica's one tokenizing thread instead of taking
+    every thread of the default executor (where the engine's state probe runs) and every core."""
+    limits = read_limits(target, context_length=10**9)
+    counting = CountingTokenizer(tokenizer)
+    text = "def foo(x):\n    return x + 1\n" * 4_000
+
+    async def many() -> list[Any]:
+        return await asyncio.gather(*(tokenize_off_loop(counting, [text, text], limits) for _ in range(8)))
+
+    assert all(len(ids) == 2 for ids in asyncio.run(many()))
+    assert counting.most_in_flight == 1
+
+
+def test_texts_near_the_context_get_the_engine_s_verdict(tokenizer, target: str) -> None:
+    """Up to the context (less what speculation reserves) a prompt is tokenized whole, as SGLang
+    would; one token more is refused with its exact count."""
+    limits = read_limits(target, reserved_tokens=RESERVED, caps=CAPS)
+    fits = 2048 - RESERVED - 1
+    text = "a" + " a" * (fits - 1)
+    assert asyncio.run(tokenize_off_loop(tokenizer, text, limits)) == tokenizer([text])["input_ids"][0]
+    with pytest.raises(ValueError, match=rf"prompt is {fits + 1} tokens"):
+        asyncio.run(tokenize_off_loop(tokenizer, text + " a", limits))
+
+
+_WORDS = ["a", "def", ".", "(x)", "'s", "123456", "é", "🙂", "日本", "__"]
+_PIECES = st.sampled_from(_WORDS + [" ", "  ", "    ", "\n", "\n\n", "\t", "\r\n"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(_PIECES, min_size=1, max_size=80), cut=st.integers(min_value=0, max_value=400))
+def test_a_prefix_never_counts_more_known_tokens_than_the_whole_text_has(tokenizer, pieces, cut) -> None:
+    """The bound the early refusal rests on: the tokens of a prefix but its last word are at most
+    the whole text's tokens (else a prompt that fits could be refused)."""
+    from deployments.replica.prompts import _known_tokens
+
+    text = "".join(pieces)
+    known, _ = _known_tokens(tokenizer.backend_tokenizer, text[: min(cut, len(text))])
+    assert known <= len(tokenizer([text])["input_ids"][0])
