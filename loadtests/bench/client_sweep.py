@@ -269,6 +269,36 @@ class Sweep:
         (self.out / "results.json").write_text(json.dumps(doc, indent=2))
 
 
+def plot_modes(status_csv: Path, png: Path) -> None:
+    """The dynamic variant's runs side by side: per run, load (running + waiting) and the mode the
+    replica ran over the run's time (from status.csv)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with status_csv.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["variant"] == "dynamic"]
+    runs = sorted({(int(r["concurrency"]), int(r["repeat"])) for r in rows}, key=lambda x: (x[1], x[0]))
+    if not runs:
+        return
+    fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs), 3.0), squeeze=False)
+    for ax, (c, k) in zip(axes[0], runs, strict=True):
+        mine = [r for r in rows if int(r["concurrency"]) == c and int(r["repeat"]) == k]
+        t = [float(r["t_rel"]) for r in mine]
+        ax.plot(t, [int(r["running"]) + int(r["waiting"]) for r in mine], color="tab:gray", lw=1)
+        ax.set_ylabel("running + waiting", fontsize=8)
+        on = ax.twinx()
+        on.step(t, [1 if r["mode"] == "on" else 0 for r in mine], where="post", color="tab:red", lw=1.5)
+        on.set_ylim(-0.1, 1.1)
+        on.set_yticks([0, 1], ["OFF", "ON"])
+        ax.set_title(f"dynamic c={c} run {k}", fontsize=9)
+        ax.set_xlabel("s into the run", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
 def _ms(result: dict[str, Any], key: str) -> float | None:
     v = result.get(key)
     return None if v is None else round(float(v), 2)
@@ -305,11 +335,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--ready-timeout", type=float, default=900.0)
     p.add_argument("--out", type=Path, default=Path("out/client_sweep"))
+    p.add_argument("--replot", action="store_true", help="only redraw modes.png from --out's status.csv")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.replot:
+        plot_modes(args.out / "status.csv", args.out / "modes.png")
+        return 0
     args.concurrency = [int(x) for x in args.concurrency.split(",") if x.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = set(variants) - set(APP_VARIANTS) - set(RAW_VARIANTS)
@@ -336,6 +370,11 @@ def main(argv: list[str] | None = None) -> int:
             sweep.run_raw(v)
             i += 1
     sweep.write()
+    if (args.out / "status.csv").exists():
+        try:
+            plot_modes(args.out / "status.csv", args.out / "modes.png")
+        except ImportError:  # matplotlib comes with the bench extra
+            log("no matplotlib: modes.png not drawn")
     log(
         f"done in {time.monotonic() - started:.0f} s ({len(sweep.runs)} runs, app variants {app}): {args.out}"
     )
