@@ -7,6 +7,7 @@ results to a folder). Tooling: they import the product, nothing in serving impor
 - `off_cost`: an EAGLE-3 engine held OFF vs a plain engine on a GPU;
 - `step_costs`: fits the goodput rule's step-time priors on this host and writes them into a config;
 - `engine_arrivals`: plain vs specflip OFF/ON engines under closed-loop arrivals, in process (GPU or CPU);
+- `client_sweep`: SGLang's own benchmark client over the app's on/off/dynamic and SGLang's servers;
 - `recovery`: acceptance after a re-enable, per draft strategy (CPU);
 - `accept_length`: a model pair's accept length on the real engine (`specflip models eval`);
 - `serve_overhead`: the Ray Serve path against calling the engine directly (CPU);

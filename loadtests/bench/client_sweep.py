@@ -202,7 +202,7 @@ class Sweep:
 
     def run_app(self, variants: list[str]) -> None:
         from deployments.client import SpecflipClient
-        from loadtests.launcher import CommandLauncher, Variant, VariantSpec
+        from loadtests.launcher import CommandLauncher, ExternalApp, Variant, VariantSpec
         from loadtests.profiles import serving_processes
         from loadtests.referee import LogReferee, StatusReferee, replica_log_paths
 
@@ -212,16 +212,24 @@ class Sweep:
             Variant(v): VariantSpec(Variant(v), str(a.config), APP_VARIANTS[v], f"app {v}") for v in variants
         }
         env = {**os.environ, "SPECFLIP_CONTROL_TOKEN": token}
-        launcher = CommandLauncher(
-            f"{sys.executable} -m deployments serve --config {{config}} --port {{port}}", token=token,
-            specs=specs, ready_timeout=a.ready_timeout, log_dir=self.out / "app", env=env, log=log,
-        )  # fmt: skip
+        launcher: CommandLauncher | ExternalApp
+        if a.target:  # an app that runs already (its overrides are put back at the end)
+            launcher = ExternalApp(a.target, token, specs=specs, log=log)
+        else:
+            launcher = CommandLauncher(
+                f"{sys.executable} -m deployments serve --config {{config}} --port {{port}}", token=token,
+                specs=specs, ready_timeout=a.ready_timeout, log_dir=self.out / "app", env=env, log=log,
+            )  # fmt: skip
         try:
             for v in variants:
                 url = launcher.start(Variant(v))
                 referee = StatusReferee(url)
-                pid = launcher.proc.pid if launcher.proc is not None else None
-                logs = replica_log_paths(serving_processes("app", pid).get("replica"))
+                proc = getattr(launcher, "proc", None)
+                logs = (
+                    []
+                    if proc is None
+                    else replica_log_paths(serving_processes("app", proc.pid).get("replica"))
+                )
                 lines = LogReferee(logs) if logs else None  # one replica whose engine logs at info
                 try:
                     with SpecflipClient(url, token, timeout=10.0) as client:
@@ -334,6 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="tokenizer dir (default: the config's model)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--ready-timeout", type=float, default=900.0)
+    p.add_argument(
+        "--target",
+        help="URL of an app that runs already: its variants by override ($SPECFLIP_CONTROL_TOKEN), "
+        "no app started; --config still names the model and the raw servers' engine",
+    )
     p.add_argument("--out", type=Path, default=Path("out/client_sweep"))
     p.add_argument("--replot", action="store_true", help="only redraw modes.png from --out's status.csv")
     return p
