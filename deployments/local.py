@@ -284,6 +284,8 @@ def _shutdown(
     import ray
     from ray import serve
 
+    from deployments.ray_compat import stop_serve
+
     def drain_then_stop() -> None:
         if policy_actor is not None:
             with contextlib.suppress(Exception):  # no actor, or Ray going down already
@@ -295,7 +297,7 @@ def _shutdown(
                 ray.kill(
                     ray.get_actor(policy_actor, namespace=POLICY_NAMESPACE), no_restart=True
                 )  # replicas run in Serve's namespace
-        serve.shutdown()
+        stop_serve(serve_timeout_s)  # serve.shutdown, without its alarming line at every clean stop
 
     stopper = threading.Thread(target=drain_then_stop, name="serve-shutdown", daemon=True)
     stopper.start()
