@@ -90,8 +90,9 @@ def run_local(
             p for p in (worker_pythonpath, os.environ.get("PYTHONPATH")) if p
         )
     host, port = host or config.serve.host, port or config.serve.port
-    if not os.environ.get("RAY_ADDRESS"):  # a cluster joined may hold the port with its own Serve proxy
-        _check_port_free(host, port)
+    if not os.environ.get("RAY_ADDRESS"):  # a cluster joined may hold the port (its own Serve
+        _check_port_free(host, port)  # proxy) and the model files (on its nodes only)
+        _check_model_files(config)
     if num_cpus is None and not os.environ.get("RAY_ADDRESS"):
         num_cpus = int(config.replicas.count * config.replicas.num_cpus) + 1
     started = time.monotonic()
@@ -155,6 +156,37 @@ def _check_port_free(host: str, port: int) -> None:
 
 class PortInUse(ConfigError):
     """The app's HTTP port is taken (exit 2 from the CLI, like a bad config)."""
+
+
+# what builds the directories the builders name (loadtests.models): `specflip models build` the tiny
+# trained pair, `specflip models shapes` the 8B-shaped configs
+_BUILT_BY = {"target": "build", "draft": "build", "target-8b": "shapes", "eagle3-8b": "shapes"}
+
+
+def _check_model_files(config: SpecFlipConfig) -> None:
+    """Refuse model files missing on this machine before Ray starts (a replica's engine would fail
+    a minute later with a traceback). Local paths only (absolute, `./`, `../`, `~`; a config file's
+    relative paths are absolute by now): a bare `org/name` may be a Hugging Face hub id, which the
+    engine resolves itself. A target or draft needs its config.json, `load_format: dummy` too."""
+    for name in ("path", "draft_path", "tokenizer_path"):
+        value = getattr(config.model, name)
+        if value is None or not value.startswith(("/", ".", "~")):
+            continue
+        where = os.path.normpath(os.path.expanduser(value))
+        if os.path.isdir(where) and (name == "tokenizer_path" or os.path.isfile(f"{where}/config.json")):
+            continue
+        what = "has no config.json (not a model directory)" if os.path.isdir(where) else "does not exist"
+        built_by = _BUILT_BY.get(os.path.basename(where))
+        fix = (
+            f"build it first: specflip models {built_by} --out {os.path.dirname(where)}"
+            if built_by
+            else f"point model.{name} at a model directory (Hugging Face format)"
+        )
+        raise ModelFilesMissing(f"model.{name} {where} {what}; {fix}")
+
+
+class ModelFilesMissing(ConfigError):
+    """A model, draft or tokenizer directory the config names is not on this machine (exit 2)."""
 
 
 _HAPROXY_PICKED = "SPECFLIP_HAPROXY_PICKED"  # "<pid> <key> ...": what _haproxy_env set, and in which process
@@ -252,6 +284,8 @@ def _shutdown(
     import ray
     from ray import serve
 
+    from deployments.ray_compat import stop_serve
+
     def drain_then_stop() -> None:
         if policy_actor is not None:
             with contextlib.suppress(Exception):  # no actor, or Ray going down already
@@ -263,7 +297,7 @@ def _shutdown(
                 ray.kill(
                     ray.get_actor(policy_actor, namespace=POLICY_NAMESPACE), no_restart=True
                 )  # replicas run in Serve's namespace
-        serve.shutdown()
+        stop_serve(serve_timeout_s)  # serve.shutdown, without its alarming line at every clean stop
 
     stopper = threading.Thread(target=drain_then_stop, name="serve-shutdown", daemon=True)
     stopper.start()

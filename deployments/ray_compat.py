@@ -9,8 +9,12 @@ here. Each one says what it is, why the public API does not do, and when it can 
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
+import logging
 import textwrap
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -34,6 +38,7 @@ __all__ = [
     "check_ray_version",
     "current_internal_request_id",
     "standalone_request_router",
+    "stop_serve",
     "init_sglang_server_without_engine",
     "openai_fastapi_app",
     "sglang_server_state_not_set",
@@ -129,11 +134,64 @@ def add_models_retrieve_route(app: Any, llm_config: Any) -> None:
     _add_openai_models_retrieve_route(app, llm_config)
 
 
+# - The builders' loggers: Ray's LLM builders log every deployment's options (a 20-line dict) at
+#   INFO on the console of the process building the app; the app builds with them at WARNING.
+#   Goes when Ray logs the options at DEBUG.
+from ray.llm._internal.serve.core.ingress import builder as _ingress_builder  # noqa: E402
+from ray.llm._internal.serve.core.server import builder as _server_builder  # noqa: E402
+
+
+@contextlib.contextmanager
+def _builders_quiet() -> Iterator[None]:
+    loggers = [logging.getLogger(m.logger.name) for m in (_ingress_builder, _server_builder)]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
 def direct_streaming_app(llm_config: Any, bind_kwargs: dict[str, Any]) -> Any:
     """The server deployment as a direct-streaming ingress, with Ray's ingress request router."""
-    server = _build_direct_streaming_llm_deployment(llm_config, bind_kwargs=bind_kwargs)
-    router = _build_openai_ingress_request_router(server=server, llm_config=llm_config)
+    with _builders_quiet():
+        server = _build_direct_streaming_llm_deployment(llm_config, bind_kwargs=bind_kwargs)
+        router = _build_openai_ingress_request_router(server=server, llm_config=llm_config)
     return server._with_ingress_request_router(router)
+
+
+# - stop_serve: serve.shutdown() waits on the controller's graceful_shutdown(wait=True), a call
+#   that only ends when the controller kills itself, and Ray reports that call's failure on the
+#   driver's console in yellow at every clean stop ("Task ServeController.graceful_shutdown
+#   failed ... killed by `ray.kill`"). Here the controller is told without waiting, and its end is
+#   watched through the GCS (its name going away), so no call is in flight when it dies; then the
+#   driver's Serve client is dropped, as serve.shutdown does. Uses Serve's cached client and its
+#   controller handle. Goes when serve.shutdown does not wait on the controller through a call.
+from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE  # noqa: E402
+from ray.serve.context import _check_cached_client_alive, _disconnect  # noqa: E402
+
+
+def stop_serve(timeout_s: float = 30.0) -> None:
+    """Shut Serve down on this cluster (what serve.shutdown does), quietly; at most ~`timeout_s`."""
+    from ray import serve
+
+    client, _ = _check_cached_client_alive()
+    if client is None:  # no client of this session: Serve's own path
+        serve.shutdown()
+        return
+    client.shutdown_cached_handles()
+    ray.get(client._controller.graceful_shutdown.remote(False), timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        except ValueError:  # the controller is gone
+            break
+        time.sleep(0.1)
+    client._shutdown = True
+    _disconnect()
 
 
 # What SGLangServer.__init__ sets that its methods read. SpecFlipServer does not call that

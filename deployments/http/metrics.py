@@ -15,6 +15,7 @@ docs/metrics.md lists every name.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -182,8 +183,9 @@ def endpoint_of(path: str) -> str | None:
 
 class RequestCountMiddleware:
     """ASGI middleware: responses by endpoint and status, duration of successful ones. A response
-    the client cut (it went away before the last byte) counts as status 499, nginx's "client
-    closed request": client churn is not a server error."""
+    the client cut (it went away before the last byte: a stream it closed, or an answer it stopped
+    waiting for) counts as status 499, nginx's "client closed request": client churn is not a
+    server error."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -224,6 +226,8 @@ class RequestCountMiddleware:
         except BaseException as err:
             if not finished:
                 cut = gone or _client_gone(err)
+                if not cut and isinstance(err, asyncio.CancelledError):
+                    cut = await _disconnected(receive)
                 metrics.requests.labels(endpoint, CLIENT_CLOSED if cut else "500").inc()
             raise
         if not finished:  # Starlette stopped a stream whose client went away
@@ -231,6 +235,17 @@ class RequestCountMiddleware:
 
 
 CLIENT_CLOSED = "499"
+
+
+async def _disconnected(receive: Callable[[], Awaitable[Message]], wait_s: float = 0.2) -> bool:
+    """Whether the client has gone, for a request cancelled before its response ended: Ray Serve's
+    replica cancels the request's task when the client disconnects (a non-streamed answer is never
+    sent, so nothing in the app saw it), having queued the disconnect message for `receive`."""
+    try:
+        message = await asyncio.wait_for(receive(), wait_s)
+    except Exception:  # noqa: BLE001 - nothing came (a timeout), or the channel is closed: not known gone
+        return False
+    return bool(message.get("type") == "http.disconnect")
 
 
 def _client_gone(err: BaseException) -> bool:

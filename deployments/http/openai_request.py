@@ -29,6 +29,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from deployments.http.openai_parts import (
+    CACHE_HINT,
+    CUSTOM_TOOL,
+    FUNCTION_DEFINITION,
+    FUNCTION_TOOL,
+    MESSAGE,
+    RESPONSE_FORMAT,
+    STRUCTURAL_TAG,
+    TEXT,
+    TEXT_CONTENT,
+    TOOL_CHOICE,
+    ingress_only,
+    kind,
+    obj,
+    opt,
+    req,
+)
 from deployments.http.schema import (
     Array,
     Boolean,
@@ -52,6 +69,7 @@ __all__ = [
     "CHAT_REQUEST",
     "COMPLETION_REQUEST",
     "DEFAULT_PROMPT",
+    "MESSAGE",
     "STRUCTURAL_TAG",
     "TOP_P_ZERO",
     "conform_chat",
@@ -62,211 +80,30 @@ DEFAULT_PROMPT = "<|endoftext|>"  # OpenAI's, for a model whose BOS token is unk
 TOP_P_ZERO = 1e-9  # keeps exactly the most likely token (its probability is at least 1/vocab)
 INT64 = (-(2**63), 2**63 - 1)
 
-_NAME = Text(pattern=r"[a-zA-Z0-9_-]{1,64}")
-_TEXT = Text()
-_JSON_SCHEMA = Object(open=True)
-
-
-def _kind(*names: str) -> Prop:
-    return Prop(Text(enum=names), required=True)
-
-
-def _obj(props: dict[str, Prop], **kw: Any) -> Object:
-    return Object(props=props, **kw)
-
-
-def _req(node: Node) -> Prop:
-    return Prop(node, required=True)
-
-
-def _opt(node: Node, doc: str = "", *, ignored: bool = False, extra: bool = False) -> Prop:
-    """An optional field where null means the default."""
-    return Prop(node, nullable=True, doc=doc, ignored=ignored, extra=extra)
-
-
-def _ingress_only(node: Node, served: Node, why: str) -> Served:
-    return Served(node, served, why, ingress_only=True)
-
-
-# -- messages ---------------------------------------------------------------------------------
-TEXT_PART = _obj({"type": _kind("text"), "text": _req(_TEXT)})
-REFUSAL_PART = _obj({"type": _kind("refusal"), "refusal": _req(_TEXT)})
-_IMAGE_PART = _obj(
-    {
-        "type": _kind("image_url"),
-        "image_url": _req(_obj({"url": _req(_TEXT), "detail": Prop(Text(enum=("auto", "low", "high")))})),
-    }
-)
-_AUDIO_PART = _obj(
-    {
-        "type": _kind("input_audio"),
-        "input_audio": _req(_obj({"data": _req(_TEXT), "format": _req(Text(enum=("wav", "mp3")))})),
-    }
-)
-_FILE_PART = _obj(
-    {
-        "type": _kind("file"),
-        "file": _req(_obj({"file_data": Prop(_TEXT), "file_id": Prop(_TEXT), "filename": Prop(_TEXT)})),
-    }
-)
-_TEXT_ONLY = "this model takes text only"
-TEXT_CONTENT = OneOf((_TEXT, Array(OneOf((TEXT_PART,), tag="type"), min_items=1)))
-USER_CONTENT = OneOf(
-    (
-        _TEXT,
-        Array(
-            Served(
-                OneOf((TEXT_PART, _IMAGE_PART, _AUDIO_PART, _FILE_PART), tag="type"), TEXT_PART, _TEXT_ONLY
-            ),
-            min_items=1,
-        ),
-    )
-)
-ASSISTANT_CONTENT = OneOf((_TEXT, Array(OneOf((TEXT_PART, REFUSAL_PART), tag="type"), min_items=1)))
-
-_CALL_FUNCTION = _obj({"name": _req(_TEXT), "arguments": _req(_TEXT)})
-FUNCTION_TOOL_CALL = _obj({"id": _req(_TEXT), "type": _kind("function"), "function": _req(_CALL_FUNCTION)})
-_CUSTOM_TOOL_CALL = _obj(
-    {
-        "id": _req(_TEXT),
-        "type": _kind("custom"),
-        "custom": _req(_obj({"name": _req(_TEXT), "input": _req(_TEXT)})),
-    }
-)
-_NAMED = {"name": Prop(_TEXT)}
-
-MESSAGE = OneOf(
-    (
-        _obj({"role": _kind("system"), "content": _req(TEXT_CONTENT), **_NAMED}),
-        _obj({"role": _kind("developer"), "content": _req(TEXT_CONTENT), **_NAMED}),
-        _obj({"role": _kind("user"), "content": _req(USER_CONTENT), **_NAMED}),
-        _obj(
-            {
-                "role": _kind("assistant"),
-                "content": _opt(ASSISTANT_CONTENT),
-                "refusal": _opt(_TEXT),
-                **_NAMED,
-                "audio": _opt(Served(_obj({"id": _req(_TEXT)}), Never(), "this app keeps no audio answers")),
-                "tool_calls": Prop(
-                    Array(
-                        Served(
-                            OneOf((FUNCTION_TOOL_CALL, _CUSTOM_TOOL_CALL), tag="type"),
-                            FUNCTION_TOOL_CALL,
-                            "custom tool calls are not supported: this app calls function tools",
-                        )
-                    )
-                ),
-                "function_call": _opt(_CALL_FUNCTION, "Deprecated; taken as a tool call."),
-                "reasoning_content": _opt(_TEXT, extra=True),
-            }
-        ),
-        _obj({"role": _kind("tool"), "content": _req(TEXT_CONTENT), "tool_call_id": _req(_TEXT)}),
-        _obj(
-            {
-                "role": _kind("function"),
-                "content": Prop(_TEXT, required=True, nullable=True, null_means=""),
-                "name": _req(_TEXT),
-            }
-        ),
-    ),
-    tag="role",
-)
-
-# -- tools ------------------------------------------------------------------------------------
-FUNCTION_DEFINITION = _obj(
-    {
-        "name": _req(_NAME),
-        "description": Prop(_TEXT),
-        "parameters": Prop(_JSON_SCHEMA),
-        "strict": _opt(Boolean()),
-    }
-)
-FUNCTION_TOOL = _obj({"type": _kind("function"), "function": _req(FUNCTION_DEFINITION)})
-_CUSTOM_TOOL = _obj(
-    {
-        "type": _kind("custom"),
-        "custom": _req(
-            _obj({"name": _req(_TEXT), "description": Prop(_TEXT), "format": Prop(Object(open=True))})
-        ),
-    }
-)
-NAMED_TOOL_CHOICE = _obj({"type": _kind("function"), "function": _req(_obj({"name": _req(_TEXT)}))})
-_TOOL_MODES = Text(enum=("none", "auto", "required"))
-TOOL_CHOICE = Served(
-    OneOf(
-        (
-            _TOOL_MODES,
-            NAMED_TOOL_CHOICE,
-            _obj(
-                {
-                    "type": _kind("allowed_tools"),
-                    "allowed_tools": _req(
-                        _obj(
-                            {
-                                "mode": _req(Text(enum=("auto", "required"))),
-                                "tools": _req(Array(Object(open=True))),
-                            }
-                        )
-                    ),
-                }
-            ),
-            _obj({"type": _kind("custom"), "custom": _req(_obj({"name": _req(_TEXT)}))}),
-        ),
-        tag="type",
-    ),
-    OneOf((_TOOL_MODES, NAMED_TOOL_CHOICE), tag="type"),
-    "allowed_tools and custom tool choices are not supported: send 'none', 'required' or a named function",
-)
-
-# -- response formats (and SGLang's structural_tag) ------------------------------------------------
-STRUCTURAL_TAG = Object(props={"type": _kind("structural_tag")}, open=True)  # SGLang's; not OpenAI's
-RESPONSE_FORMAT = OneOf(
-    (
-        _obj({"type": _kind("text")}),
-        _obj({"type": _kind("json_object")}),
-        _obj(
-            {
-                "type": _kind("json_schema"),
-                "json_schema": _req(
-                    _obj(
-                        {
-                            "name": _req(_NAME),
-                            "description": Prop(_TEXT),
-                            "schema": Prop(_JSON_SCHEMA, doc="None: any JSON."),
-                            "strict": _opt(Boolean()),
-                        }
-                    )
-                ),
-            }
-        ),
-        STRUCTURAL_TAG,
-    ),
-    tag="type",
-)
 
 # -- fields both endpoints share ----------------------------------------------------------------
-_STOP = OneOf((_TEXT, Array(_TEXT, max_items=4)))
-_SERVICE_TIER = Text(enum=("auto", "default", "flex", "scale", "priority"))
+_STOP = OneOf((TEXT, Array(TEXT, max_items=4)))
+_SERVICE_TIER = Text(enum=("auto", "default", "flex", "scale", "priority", "fast"))
 _PENALTY = Number(minimum=-2, maximum=2)
-_ONE_CHOICE = _ingress_only(
+_ONE_CHOICE = ingress_only(
     Integer(minimum=1, maximum=128), Const(1), "this app generates one choice per request"
 )
 _SHARED: dict[str, Prop] = {
-    "model": _req(_TEXT),
-    "frequency_penalty": _opt(_PENALTY),
-    "presence_penalty": _opt(_PENALTY),
-    "logit_bias": _opt(Object(values=Number(minimum=-100, maximum=100), keys=Text(pattern=r"[0-9]+"))),
-    "n": _opt(_ONE_CHOICE),
-    "seed": _opt(Integer(minimum=INT64[0], maximum=INT64[1])),
-    "stop": _opt(_STOP),
-    "stream": _opt(Boolean()),
-    "stream_options": _opt(
-        _obj({"include_usage": _opt(Boolean()), "include_obfuscation": _opt(Boolean(), ignored=True)}),
+    "model": req(TEXT),
+    "frequency_penalty": opt(_PENALTY),
+    "presence_penalty": opt(_PENALTY),
+    "logit_bias": opt(Object(values=Number(minimum=-100, maximum=100), keys=Text(pattern=r"[0-9]+"))),
+    "n": opt(_ONE_CHOICE),
+    "seed": opt(Integer(minimum=INT64[0], maximum=INT64[1])),
+    "stop": opt(_STOP),
+    "stream": opt(Boolean()),
+    "stream_options": opt(
+        obj({"include_usage": opt(Boolean()), "include_obfuscation": opt(Boolean(), ignored=True)}),
         "Only with stream: true.",
     ),
-    "temperature": _opt(Number(minimum=0, maximum=2)),
-    "top_p": _opt(Number(minimum=0, maximum=1), "0 keeps the most likely token only."),
-    "user": Prop(_TEXT, ignored=True),
+    "temperature": opt(Number(minimum=0, maximum=2)),
+    "top_p": opt(Number(minimum=0, maximum=1), "0 keeps the most likely token only."),
+    "user": Prop(TEXT, ignored=True),
 }
 # SGLang sampling extras the replica passes on (deployments.replica.server) and structured output
 # (deployments.http.structured)
@@ -279,13 +116,14 @@ _EXTRA_NODES: dict[str, Node] = {
     "no_stop_trim": Boolean(),
     "ignore_eos": Boolean(),
     "skip_special_tokens": Boolean(),
-    "regex": _TEXT,
-    "ebnf": _TEXT,
-    "stop_regex": OneOf((_TEXT, Array(_TEXT))),
+    "regex": TEXT,
+    "ebnf": TEXT,
+    "stop_regex": OneOf((TEXT, Array(TEXT))),
     # read by class routing (docs/routing.md): < 0 interactive, > 0 batch
     "priority": Integer(minimum=INT64[0], maximum=INT64[1]),
 }
-_EXTRAS = {name: _opt(node, extra=True) for name, node in _EXTRA_NODES.items()}
+_MODE = obj({"mode": kind("score", "block")})  # a moderation policy's
+_EXTRAS = {name: opt(node, extra=True) for name, node in _EXTRA_NODES.items()}
 _CHAT_ONLY_HINT = "tool calls need /v1/chat/completions"
 _COMPLETION_HINTS = {
     "tools": _CHAT_ONLY_HINT,
@@ -298,93 +136,105 @@ _CHAT_HINTS = {
 
 CHAT_REQUEST = Object(
     props={
-        "messages": _req(Array(MESSAGE, min_items=1)),
+        "messages": req(Array(MESSAGE, min_items=1)),
         **_SHARED,
-        "logprobs": _opt(_ingress_only(Boolean(), Const(False), "this app returns no logprobs")),
-        "top_logprobs": _opt(
-            _ingress_only(Integer(minimum=0, maximum=20), Const(0), "this app returns no logprobs")
+        "logprobs": opt(ingress_only(Boolean(), Const(False), "this app returns no logprobs")),
+        "top_logprobs": opt(
+            ingress_only(Integer(minimum=0, maximum=20), Const(0), "this app returns no logprobs")
         ),
-        "max_tokens": _opt(Integer(minimum=1)),
-        "max_completion_tokens": _opt(Integer(minimum=1)),
-        "modalities": _opt(
+        "max_tokens": opt(Integer(minimum=1)),
+        "max_completion_tokens": opt(Integer(minimum=1)),
+        "modalities": opt(
             Served(
                 Array(Text(enum=("text", "audio"))),
                 Array(Text(enum=("text",))),
                 "this model answers in text only",
             )
         ),
-        "audio": _opt(
+        "audio": opt(
             Served(
-                _obj({"voice": _req(_TEXT), "format": _req(_TEXT)}),
+                obj({"voice": req(TEXT), "format": req(TEXT)}),
                 Never(),
                 "this model answers in text only",
             )
         ),
-        "prediction": _opt(_obj({"type": _kind("content"), "content": _req(TEXT_CONTENT)}), ignored=True),
-        "response_format": _opt(RESPONSE_FORMAT),
-        "tools": _opt(
+        "prediction": opt(obj({"type": kind("content"), "content": req(TEXT_CONTENT)}), ignored=True),
+        "response_format": opt(RESPONSE_FORMAT),
+        "tools": opt(
             Array(
                 Served(
-                    OneOf((FUNCTION_TOOL, _CUSTOM_TOOL), tag="type"),
+                    OneOf((FUNCTION_TOOL, CUSTOM_TOOL), tag="type"),
                     FUNCTION_TOOL,
                     "custom tools are not supported: send function tools",
                 )
             )
         ),
-        "tool_choice": _opt(TOOL_CHOICE),
-        "parallel_tool_calls": _opt(Boolean()),
-        "functions": _opt(
+        "tool_choice": opt(TOOL_CHOICE),
+        "parallel_tool_calls": opt(Boolean()),
+        "functions": opt(
             Served(Array(FUNCTION_DEFINITION, min_items=1, max_items=128), Never(), "deprecated: send tools")
         ),
-        "function_call": _opt(
+        "function_call": opt(
             Served(
-                OneOf((Text(enum=("none", "auto")), _obj({"name": _req(_TEXT)}))),
+                OneOf((Text(enum=("none", "auto")), obj({"name": req(TEXT)}))),
                 Never(),
                 "deprecated: send tool_choice",
             )
         ),
-        "reasoning_effort": _opt(
-            Text(enum=("none", "minimal", "low", "medium", "high", "xhigh")), "Passed to the chat template."
+        "reasoning_effort": opt(
+            Text(enum=("none", "minimal", "low", "medium", "high", "xhigh", "max")),
+            "Passed to the chat template.",
         ),
-        "verbosity": _opt(
+        "verbosity": opt(
             Served(Text(enum=("low", "medium", "high")), Never(), "this model has no verbosity setting")
         ),
-        "web_search_options": _opt(Served(Object(open=True), Never(), "this app does not search the web")),
-        "store": _opt(Boolean(), ignored=True),
-        "metadata": _opt(Object(values=Text(max_length=512)), ignored=True),
-        "service_tier": _opt(_SERVICE_TIER, "Read by class routing (docs/routing.md)."),
-        "safety_identifier": Prop(_TEXT, ignored=True),
-        "prompt_cache_key": Prop(_TEXT, ignored=True),
-        "prompt_cache_retention": _opt(Text(enum=("in-memory", "24h")), ignored=True),
+        "web_search_options": opt(Served(Object(open=True), Never(), "this app does not search the web")),
+        "store": opt(Boolean(), ignored=True),
+        "metadata": opt(Object(values=Text(max_length=512)), ignored=True),
+        "service_tier": opt(_SERVICE_TIER, "Read by class routing (docs/routing.md)."),
+        "moderation": opt(
+            Served(
+                obj({"model": req(TEXT), "policy": opt(obj({"input": opt(_MODE), "output": opt(_MODE)}))}),
+                Never(),
+                "this app runs no moderation model",
+            )
+        ),
+        "safety_identifier": opt(TEXT, ignored=True),
+        "prompt_cache_key": opt(TEXT, CACHE_HINT, ignored=True),
+        "prompt_cache_options": Prop(
+            obj({"mode": Prop(Text(enum=("implicit", "explicit"))), "ttl": Prop(Text(enum=("30m",)))}),
+            ignored=True,
+            doc=CACHE_HINT,
+        ),
+        # "in_memory" is OpenAI's spelling; "in-memory" (its reference's, earlier) stays accepted
+        "prompt_cache_retention": opt(Text(enum=("in_memory", "in-memory", "24h")), CACHE_HINT, ignored=True),
         **_EXTRAS,
-        "chat_template_kwargs": _opt(Object(open=True), extra=True),
+        "chat_template_kwargs": opt(Object(open=True), extra=True),
     },
     hints=_CHAT_HINTS,
 )
 
 _TOKEN_IDS = Array(Integer(minimum=0), min_items=1)
-PROMPT = OneOf((_TEXT, Array(_TEXT, min_items=1), _TOKEN_IDS, Array(_TOKEN_IDS, min_items=1)))
+PROMPT = OneOf((TEXT, Array(TEXT, min_items=1), _TOKEN_IDS, Array(_TOKEN_IDS, min_items=1)))
 COMPLETION_REQUEST = Object(
     props={
-        "prompt": _opt(PROMPT, "No prompt, null or an empty text: the start of a document."),
+        "prompt": opt(PROMPT, "No prompt, null or an empty text: the start of a document."),
         **_SHARED,
-        "best_of": _opt(_ingress_only(Integer(minimum=0, maximum=20), Const(1), "one candidate per prompt")),
-        "echo": _opt(_ingress_only(Boolean(), Const(False), "this app does not echo the prompt")),
-        "logprobs": _opt(
-            _ingress_only(Integer(minimum=0, maximum=5), Never(), "this app returns no logprobs")
-        ),
-        "max_tokens": _opt(
+        "best_of": opt(ingress_only(Integer(minimum=0, maximum=20), Const(1), "one candidate per prompt")),
+        "echo": opt(ingress_only(Boolean(), Const(False), "this app does not echo the prompt")),
+        "logprobs": opt(ingress_only(Integer(minimum=0, maximum=5), Never(), "this app returns no logprobs")),
+        "max_tokens": opt(
             Served(
                 Integer(minimum=0),
                 Integer(minimum=1),
                 "0 generates nothing: this app does not echo the prompt",
             )
         ),
-        "suffix": _opt(_ingress_only(_TEXT, Const(""), "this app does not insert text (no suffix)")),
+        "suffix": opt(ingress_only(TEXT, Const(""), "this app does not insert text (no suffix)")),
         **_EXTRAS,
-        "json_schema": _opt(_TEXT, extra=True),
-        "response_format": _opt(RESPONSE_FORMAT, extra=True),
-        "service_tier": _opt(_SERVICE_TIER, "Read by class routing (docs/routing.md).", extra=True),
+        "json_schema": opt(TEXT, extra=True),
+        "response_format": opt(RESPONSE_FORMAT, extra=True),
+        "service_tier": opt(_SERVICE_TIER, "Read by class routing (docs/routing.md).", extra=True),
     },
     hints=_COMPLETION_HINTS,
 )

@@ -363,7 +363,7 @@ def _one_of(node: OneOf, value: Any, path: str, ctx: Context) -> Any:
     if node.tag is not None and isinstance(value, dict):
         tagged = {t: b for b in fitting for t in _tags(b, node.tag)}
         tag = value.get(node.tag)
-        if tag not in tagged:
+        if not isinstance(tag, str) or tag not in tagged:  # an object or list tag is unhashable
             where = join(path, node.tag)
             if tag is None:
                 raise _refuse(where, f"is required: one of {', '.join(repr(t) for t in tagged)}")

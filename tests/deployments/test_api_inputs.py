@@ -147,6 +147,14 @@ def test_token_id_prompts_are_served_like_the_text_they_encode(app: LocalApp) ->
         ({"response_format": 5}, "response_format"),
         ({"response_format": "json"}, "response_format"),
         ({"response_format": []}, "response_format"),
+        # an object or a list where a tag belongs was a 500 ("unhashable type"): issue 31
+        ({"tool_choice": {"type": {}}}, "tool_choice.type"),
+        ({"response_format": {"type": []}}, "response_format.type"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": {}, "text": "x"}]}]},
+            "messages[0].content[0].type",
+        ),
+        ({"tools": [{"type": [], "function": {"name": "f"}}]}, "tools[0].type"),
         ({"chat_template_kwargs": {"tokenize": True}}, "chat_template_kwargs.tokenize"),
         (
             {"chat_template_kwargs": {"add_generation_prompt": False}},
@@ -156,6 +164,24 @@ def test_token_id_prompts_are_served_like_the_text_they_encode(app: LocalApp) ->
 )
 def test_wrongly_typed_fields_are_a_400_naming_them(app: LocalApp, extra: dict[str, Any], param: str) -> None:
     assert _error(_post(app, CHAT, {"model": MODEL, "messages": USER, **extra}), 400)["param"] == param
+
+
+def test_openais_newer_cache_hints_are_served_and_moderation_is_a_400_naming_it(app: LocalApp) -> None:
+    """OpenAI's spec of 2026-08-21 (issue 31): cache hints change no answer, so they are served;
+    moderation would, and none runs here."""
+    part = {"type": "text", "text": "def add(a, b):", "prompt_cache_breakpoint": {"mode": "explicit"}}
+    hints = {
+        "prompt_cache_key": None,
+        "safety_identifier": None,
+        "prompt_cache_retention": "in_memory",
+        "prompt_cache_options": {"mode": "explicit", "ttl": "30m"},
+    }
+    plain = {"model": MODEL, "messages": USER, "max_tokens": 4, "temperature": 0}
+    hinted = {**plain, "messages": [{"role": "user", "content": [part]}], **hints}
+    assert _text(_post(app, CHAT, hinted)) == _text(_post(app, CHAT, plain))
+    moderated = {**plain, "moderation": {"model": "omni-moderation-latest"}}
+    error = _error(_post(app, CHAT, moderated), 400)
+    assert error["param"] == "moderation" and "no moderation model" in error["message"]
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from deployments.cli import build_parser, main
+from tests.deployments.conftest import free_port
 
 
 def _one_line_error(
@@ -97,3 +98,30 @@ def test_a_held_port_exits_2_before_ray_starts(capsys: pytest.CaptureFixture[str
             f"cannot serve on 127.0.0.1:{port}",
         )
         assert time.monotonic() - t0 < 30  # refused up front: no Ray, no engine
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("path: pair/target\n  draft_path: pair/draft", "model.path {d}/pair/target does not exist; "
+         "build it first: specflip models build --out {d}/pair"),
+        ("path: {d}\n  draft_path: {d}/shapes/eagle3-8b\n", "model.draft_path {d}/shapes/eagle3-8b does not "
+         "exist; build it first: specflip models shapes --out {d}/shapes"),
+        ("path: /nonexistent/llama", "model.path /nonexistent/llama does not exist; point model.path at a model "
+         "directory"),
+        ("path: empty", "model.path {d}/empty has no config.json (not a model directory)"),
+    ],
+)  # fmt: skip
+def test_missing_model_files_exit_2_with_the_path_and_the_build_command_before_ray_starts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, model: str, expected: str
+) -> None:
+    import ray
+
+    (tmp_path / "config.json").write_text("{}")  # the target of the draft case is there
+    (tmp_path / "empty").mkdir()
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model:\n  {model.format(d=tmp_path)}\nserve: {{host: 127.0.0.1}}\n")
+    t0 = time.monotonic()
+    argv = ["serve", "--config", str(config), "--port", str(free_port())]
+    _one_line_error(capsys, argv, expected.format(d=tmp_path))
+    assert time.monotonic() - t0 < 30 and not ray.is_initialized()  # refused up front: no Ray, no engine

@@ -1,7 +1,8 @@
 """Clients that go away mid-stream, against the real app: 50 streams closed after 3 events, 20
 rounds; 2 s after each round no request of it is still running or waiting on any engine (each
 would otherwise generate to max_tokens for seconds), and every closed stream is counted as status
-499 (client closed), none as a 5xx."""
+499 (client closed), none as a 5xx. The same for requests that are not streamed: a client that
+stops waiting for one is a 499 too (issue 31: they counted as 500)."""
 
 from __future__ import annotations
 
@@ -80,4 +81,45 @@ def test_closed_streams_stop_generating_at_once_and_count_as_499(app: LocalApp) 
         lambda: metric("499") - closed_before >= STREAMS * ROUNDS, 15, why="every closed stream counted 499"
     )
     assert metric("499") - closed_before == STREAMS * ROUNDS
+    assert metric("500") == failed_before
+
+
+LEFT = 5  # non-streamed requests whose client stops waiting
+
+
+async def _leave(base: str, i: int) -> None:
+    """A non-streamed completion of ~10 s of decoding; the client stops waiting after 2 s."""
+    body = {
+        "model": MODEL,
+        "prompt": f"def g{i}(x):",
+        "max_tokens": 600,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        try:
+            r = await client.post(f"{base}/v1/completions", json=body)
+        except httpx.TimeoutException:
+            return
+    raise AssertionError(f"answered before the client left: {r.status_code} {r.text[:200]}")
+
+
+def test_a_client_that_stops_waiting_for_a_non_streamed_answer_counts_as_499(app: LocalApp) -> None:
+    def metric(status: str) -> float:
+        return total(
+            app.client.metrics(), "specflip_requests_total", endpoint="/v1/completions", status=status
+        )
+
+    wait_until(lambda: _busy(app) == 0, 60, why="no request running before the test")
+    closed_before, failed_before = metric("499"), metric("500")
+
+    async def leave_all() -> None:
+        await asyncio.gather(*(_leave(app.base, i) for i in range(LEFT)))
+
+    asyncio.run(leave_all())
+    wait_until(lambda: _busy(app) == 0, 10, why="the abandoned requests stopped generating")
+    wait_until(  # the replicas push their counts every second
+        lambda: metric("499") - closed_before >= LEFT, 15, why="every abandoned request counted 499"
+    )
+    assert metric("499") - closed_before == LEFT
     assert metric("500") == failed_before

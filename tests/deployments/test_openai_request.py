@@ -35,8 +35,9 @@ USER = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": USER}
 TEXT = {"model": "m", "prompt": "hi"}
 
-# fields OpenAI's API reference has that this SDK release (openai 2.6) does not type yet
-NEWER_THAN_THE_SDK = {"prompt_cache_retention"}
+# fields OpenAI's API reference has that this SDK release (openai 2.6) does not type yet (the
+# SDK of OpenAI's spec of 2026-08-21 has them)
+NEWER_THAN_THE_SDK = {"prompt_cache_retention", "moderation", "prompt_cache_options"}
 
 
 def _keys(typed_dict: Any) -> set[str]:
@@ -103,6 +104,36 @@ CHAT_SERVED: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("integral floats are integers", {"max_tokens": 4.0, "seed": 7.0}, {"max_tokens": 4, "seed": 7}),
     ("top_p 0 keeps the most likely token", {"top_p": 0}, {"top_p": TOP_P_ZERO}),
     ("fields with no effect are dropped", {"store": True, "metadata": {"a": "b"}, "user": "u"}, {}),
+    (
+        "prompt-cache hints (OpenAI's spec of 2026-08-21) are accepted and dropped",
+        {
+            "messages": [
+                {
+                    "role": "system",
+                    "content": [
+                        {"type": "text", "text": "s", "prompt_cache_breakpoint": {"mode": "explicit"}}
+                    ],
+                },
+                *USER,
+            ],
+            "prompt_cache_key": None,
+            "safety_identifier": None,
+            "prompt_cache_retention": "in_memory",
+            "prompt_cache_options": {"mode": "explicit", "ttl": "30m"},
+            "moderation": None,
+        },
+        {"messages": [{"role": "system", "content": "s"}, *USER]},
+    ),
+    (
+        "the older retention spelling too",
+        {"prompt_cache_retention": "in-memory", "prompt_cache_key": "k"},
+        {},
+    ),
+    (
+        "the newer enum values",
+        {"reasoning_effort": "max", "service_tier": "fast"},
+        {"reasoning_effort": "max", "service_tier": "fast"},
+    ),
     (
         "the ingress-served values",
         {"n": 1, "logprobs": False, "top_logprobs": 0},
@@ -225,6 +256,20 @@ REFUSED: list[tuple[str, str, dict[str, Any], str, str]] = [
         "text only",
     ),
     ("audio out", "chat", {"modalities": ["text", "audio"]}, "modalities", "text only"),
+    (
+        "moderation",
+        "chat",
+        {"moderation": {"model": "omni-moderation-latest", "policy": {"input": {"mode": "block"}}}},
+        "moderation",
+        "runs no moderation model",
+    ),
+    (
+        "a cache ttl OpenAI does not offer",
+        "chat",
+        {"prompt_cache_options": {"ttl": "1h"}},
+        "prompt_cache_options.ttl",
+        "'30m'",
+    ),
     (
         "a tool message without its call id",
         "chat",

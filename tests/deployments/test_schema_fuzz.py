@@ -10,7 +10,12 @@ Cases that failed once are kept as explicit examples (`FOUND`), so they run ever
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +30,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from deployments.local import LocalApp, wait_until
-from tests.deployments.conftest import MODEL, TOKEN
+from tests.deployments.conftest import MODEL, ROOT
+from tests.deployments.schemathesis_hooks import bounded
 from tests.reporting import report
 
 pytestmark = pytest.mark.serve
@@ -47,21 +53,13 @@ FOUND: list[tuple[str, dict[str, Any]]] = [
         "/v1/chat/completions",
         {"model": MODEL, "messages": [{"role": "tool", "content": []}], "max_tokens": 1},
     ),
+    # Schemathesis's CLI (its coverage phase), issue 31: an object or a list for a tag
+    (
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": {}}},
+    ),
+    ("/v1/completions", {"model": MODEL, "prompt": "a", "response_format": {"type": []}}),
 ]
-
-
-def _bounded(case: Any) -> None:
-    body = case.body
-    if isinstance(body, dict):
-        if "model" in body or case.path.startswith("/v1/"):
-            body["model"] = MODEL
-        for name in ("max_tokens", "max_completion_tokens"):
-            if isinstance(body.get(name), int) and not isinstance(body[name], bool):
-                body[name] = max(-1, min(body[name], 8))
-        if isinstance(body.get("min_tokens"), int) and not isinstance(body["min_tokens"], bool):
-            body["min_tokens"] = min(body["min_tokens"], 8)
-    if case.path == "/specflip/override":
-        case.headers = {**(case.headers or {}), "Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.mark.parametrize(
@@ -86,7 +84,7 @@ def test_generated_requests_get_documented_answers_and_never_a_5xx(
         )
         @given(case=operation.as_strategy(generation_mode=mode))
         def check(case: Any) -> None:
-            _bounded(case)
+            bounded(case)
             response = case.call(base_url=app.base, timeout=300)
             TRIED[(f"{case.method} {case.path}", response.status_code)] += 1
             if mode is GenerationMode.POSITIVE and case.path in GENERATIVE:
@@ -109,6 +107,30 @@ def test_generated_requests_get_documented_answers_and_never_a_5xx(
 def test_requests_the_fuzzer_found_stay_client_errors(app: LocalApp, path: str, body: dict[str, Any]) -> None:
     r = app.client.post(path, body, timeout=300)
     assert r.status_code < 500, r.text[:300]
+
+
+def test_schemathesis_cli_finds_no_server_error(app: LocalApp, tmp_path: Path) -> None:
+    """Schemathesis's own CLI on the app's schema, as a user would run it (its coverage phase
+    tries each field's edge and wrong-typed values deterministically, which the Hypothesis run
+    above does not): not one 5xx. Requests bounded by the same hook."""
+    cli = Path(sys.executable).with_name("st")
+    command = [str(cli), "run", f"{app.base}/openapi.json", "--checks", "not_a_server_error"]
+    command += ["--phases", "examples,coverage,fuzzing", "--max-examples", "10", "--workers", "2"]
+    command += ["--request-timeout", "300"]
+    env = {
+        **os.environ,
+        "SCHEMATHESIS_HOOKS": "tests.deployments.schemathesis_hooks",
+        "PYTHONPATH": str(ROOT),
+    }
+    started = time.monotonic()
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
+    took = time.monotonic() - started
+    out = run.stdout.splitlines()
+    cases = next(
+        (out[i + 1].strip() for i, line in enumerate(out[:-1]) if line.strip() == "Test cases:"), "?"
+    )
+    report(f"schemathesis CLI: exit {run.returncode} in {took:.0f} s; test cases: {cases}")
+    assert run.returncode == 0, run.stdout[-4000:]
 
 
 def test_the_fuzzing_covered_every_operation_and_left_the_app_healthy(app: LocalApp) -> None:
