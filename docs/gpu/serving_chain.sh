@@ -23,8 +23,13 @@
 #   CHAIN_RAWVSAPP  extra arguments of loadtests.rawvsapp, replacing the default levels and windows
 #   CHAIN_ARRIVALS  arguments of loadtests.bench.engine_arrivals (the engines alone under arrivals);
 #                   when set, that step runs before rawvsapp (e.g. "--concurrency 64,128,256")
+#   CHAIN_FIT       arguments of loadtests.bench.step_costs (e.g. "--batches 1,8,16,32,64,128,256"); when
+#                   set, that step runs first and the steps after it use the config it writes
+#                   ($CHAIN_RESULTS/fitted.yaml: CHAIN_CONFIG with the goodput priors fitted on this host)
 #   CHAIN_SWEEP     arguments of loadtests.bench.client_sweep (SGLang's own client over the app's
 #                   variants and SGLang's servers); when set, that step runs before rawvsapp
+#   CHAIN_CLOSED / CHAIN_OPEN  arguments of loadtests.bench.client_transition --workload closed / open
+#                   (phases and SLOs); when set, those steps run after the sweep
 #   CHAIN_RAWVSAPP=skip  no rawvsapp step
 #   CHAIN_ENV_SH    a file to source first (default: the bundle's .gpu-bundle/device/env.sh, if present)
 #   CHAIN_JIT       kernels compiled on an earlier host (default .gpu-jit: flashinfer-cache.tgz,
@@ -105,11 +110,26 @@ pack_jit() {
   log "JIT caches packed into $R/jit"
 }
 [ -n "${CHAIN_ARRIVALS:-}" ] && pack_jit
+if [ -n "${CHAIN_FIT:-}" ]; then
+  # shellcheck disable=SC2086  # a list of words
+  step fit python3 -m loadtests.bench.step_costs --config "$CONFIG" --out "$R/fit" --write-config "$R/fitted.yaml" $CHAIN_FIT || exit 1
+  pack_jit
+  CONFIG=$R/fitted.yaml
+  log "the steps after fit use $CONFIG"
+fi
 if [ -n "${CHAIN_SWEEP:-}" ]; then
   # shellcheck disable=SC2086  # a list of words
   step sweep python3 -m loadtests.bench.client_sweep --config "$CONFIG" --out "$R/sweep" $CHAIN_SWEEP || exit 1
   pack_jit
 fi
+for workload in closed open; do
+  args_var=CHAIN_${workload^^}
+  if [ -n "${!args_var:-}" ]; then
+    # shellcheck disable=SC2086  # a list of words
+    step "transition_$workload" python3 -m loadtests.bench.client_transition --config "$CONFIG" --workload "$workload" \
+      --out "$R/transition_$workload" ${!args_var} || exit 1
+  fi
+done
 if [ "$ARGS" != skip ]; then
   # shellcheck disable=SC2086  # ARGS is a list of words
   step rawvsapp python3 -m loadtests.rawvsapp --config "$CONFIG" --out "$R/rawvsapp" $ARGS || exit 1

@@ -9,9 +9,11 @@ done
 if [ -d "$R/rawvsapp" ] && [ -n "${OUT:-}" ]; then
   tar czf "$OUT/rawvsapp.tgz" -C "$R" --exclude='*.jsonl' --exclude='locust_*' rawvsapp rawvsapp.log progress.log 2>/dev/null
 fi
-if [ -d "$R/sweep" ] && [ -n "${OUT:-}" ]; then
-  tar czf "$OUT/sweep.tgz" -C "$R" sweep sweep.log progress.log 2> /dev/null
-fi
+for d in fit sweep transition_closed transition_open; do
+  if [ -d "$R/$d" ] && [ -n "${OUT:-}" ]; then
+    tar czf "$OUT/$d.tgz" -C "$R" --exclude='*.jsonl' "$d" "$d.log" progress.log $([ "$d" = fit ] && echo fitted.yaml) 2> /dev/null
+  fi
+done
 if [ -d "$R/arrivals" ] && [ -n "${OUT:-}" ]; then tar czf "$OUT/arrivals.tgz" -C "$R" arrivals arrivals.log 2> /dev/null; fi
 if [ -d "$R/jit" ] && [ -n "${OUT:-}" ]; then cp "$R"/jit/*.tgz "$OUT"/ 2> /dev/null; fi
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader

@@ -8,6 +8,7 @@ results to a folder). Tooling: they import the product, nothing in serving impor
 - `step_costs`: fits the goodput rule's step-time priors on this host and writes them into a config;
 - `engine_arrivals`: plain vs specflip OFF/ON engines under closed-loop arrivals, in process (GPU or CPU);
 - `client_sweep`: SGLang's own benchmark client over the app's on/off/dynamic and SGLang's servers;
+- `client_transition`: low/high phases of fixed work (closed or open loop) for on/off/dynamic, goodput per phase;
 - `recovery`: acceptance after a re-enable, per draft strategy (CPU);
 - `accept_length`: a model pair's accept length on the real engine (`specflip models eval`);
 - `serve_overhead`: the Ray Serve path against calling the engine directly (CPU);

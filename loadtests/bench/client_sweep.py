@@ -30,11 +30,12 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CSV_FIRST", "SweepRun", "main"]
+__all__ = ["APP_VARIANTS", "CSV_FIRST", "Served", "SglangClient", "SweepRun", "app_variants", "main"]
 
 APP_VARIANTS = {"on": "on", "off": "off", "dynamic": "auto"}  # variant -> the override that makes it
 RAW_VARIANTS = {"raw_eagle": "on", "raw_plain": "off"}  # variant -> raw_sglang --speculation
@@ -115,6 +116,56 @@ def _flips(samples: list[Any]) -> int:
     for s in samples:
         by_replica.setdefault(s.replica_id, []).append(s.flips)
     return sum(max(v) - v[0] for v in by_replica.values())
+
+
+@dataclass
+class Served:
+    """One app variant, ready: its URL, a control client, the engine's token count and its log lines."""
+
+    variant: str
+    url: str
+    client: Any  # deployments.client.SpecflipClient with the control token
+    referee: Any  # loadtests.referee.StatusReferee
+    lines: Any  # loadtests.referee.LogReferee over the one replica's engine log, or None
+
+
+def app_variants(args: argparse.Namespace, variants: list[str], out: Path) -> Iterator[Served]:
+    """Each of `variants` (on, off, dynamic) on one app, in turn: `args.target` (an app that runs
+    already, its overrides put back at the end) or one `specflip serve --config args.config`."""
+    from deployments.client import SpecflipClient
+    from loadtests.launcher import CommandLauncher, ExternalApp, Variant, VariantSpec
+    from loadtests.profiles import serving_processes
+    from loadtests.referee import LogReferee, StatusReferee, replica_log_paths
+
+    token = os.environ.get("SPECFLIP_CONTROL_TOKEN") or "client-sweep"
+    specs = {
+        Variant(v): VariantSpec(Variant(v), str(args.config), APP_VARIANTS[v], f"app {v}") for v in variants
+    }
+    env = {**os.environ, "SPECFLIP_CONTROL_TOKEN": token}
+    launcher: CommandLauncher | ExternalApp
+    if args.target:
+        launcher = ExternalApp(args.target, token, specs=specs, log=log)
+    else:
+        launcher = CommandLauncher(
+            f"{sys.executable} -m deployments serve --config {{config}} --port {{port}}", token=token,
+            specs=specs, ready_timeout=args.ready_timeout, log_dir=out / "app", env=env, log=log,
+        )  # fmt: skip
+    try:
+        for v in variants:
+            url = launcher.start(Variant(v))
+            referee = StatusReferee(url)
+            proc = getattr(launcher, "proc", None)
+            logs = (
+                [] if proc is None else replica_log_paths(serving_processes("app", proc.pid).get("replica"))
+            )
+            try:
+                with SpecflipClient(url, token, timeout=10.0) as client:
+                    # one replica whose engine logs at info: its batch and queue
+                    yield Served(v, url, client, referee, LogReferee(logs) if logs else None)
+            finally:
+                referee.close()
+    finally:
+        launcher.stop()
 
 
 class Sweep:
@@ -201,44 +252,9 @@ class Sweep:
         return [(c, k) for c in self.args.concurrency for k in range(self.args.repeat)]
 
     def run_app(self, variants: list[str]) -> None:
-        from deployments.client import SpecflipClient
-        from loadtests.launcher import CommandLauncher, ExternalApp, Variant, VariantSpec
-        from loadtests.profiles import serving_processes
-        from loadtests.referee import LogReferee, StatusReferee, replica_log_paths
-
-        a = self.args
-        token = os.environ.get("SPECFLIP_CONTROL_TOKEN") or "client-sweep"
-        specs = {
-            Variant(v): VariantSpec(Variant(v), str(a.config), APP_VARIANTS[v], f"app {v}") for v in variants
-        }
-        env = {**os.environ, "SPECFLIP_CONTROL_TOKEN": token}
-        launcher: CommandLauncher | ExternalApp
-        if a.target:  # an app that runs already (its overrides are put back at the end)
-            launcher = ExternalApp(a.target, token, specs=specs, log=log)
-        else:
-            launcher = CommandLauncher(
-                f"{sys.executable} -m deployments serve --config {{config}} --port {{port}}", token=token,
-                specs=specs, ready_timeout=a.ready_timeout, log_dir=self.out / "app", env=env, log=log,
-            )  # fmt: skip
-        try:
-            for v in variants:
-                url = launcher.start(Variant(v))
-                referee = StatusReferee(url)
-                proc = getattr(launcher, "proc", None)
-                logs = (
-                    []
-                    if proc is None
-                    else replica_log_paths(serving_processes("app", proc.pid).get("replica"))
-                )
-                lines = LogReferee(logs) if logs else None  # one replica whose engine logs at info
-                try:
-                    with SpecflipClient(url, token, timeout=10.0) as client:
-                        for c, k in self.levels():
-                            self.one(url, v, c, k, referee, client, lines)
-                finally:
-                    referee.close()
-        finally:
-            launcher.stop()
+        for served in app_variants(self.args, variants, self.out):
+            for c, k in self.levels():
+                self.one(served.url, served.variant, c, k, served.referee, served.client, served.lines)
 
     def run_raw(self, variant: str) -> None:
         from loadtests.launcher import free_port

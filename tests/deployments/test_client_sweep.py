@@ -1,4 +1,4 @@
-"""`loadtests.bench.client_sweep` on CPU, the GPU chain's sweep step in small: SGLang's own benchmark
+"""`loadtests.bench.client_sweep` and `client_transition` on CPU, the GPU chain's sweep step in small: SGLang's own benchmark
 client, imported once, against the shared app's variants by override (`--target`) and against SGLang's
 own plain server with the same engine arguments. Asserts what the chain's results say (the issue's
 sweep.csv columns, every run complete and refereed, flips only for the app, the status trace and the
@@ -7,6 +7,7 @@ mode plot) and that the app's overrides are put back; not speed."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -17,19 +18,26 @@ import pytest
 import yaml
 
 from loadtests.bench.client_sweep import CSV_FIRST
+from loadtests.bench.client_transition import TRANSITION_FIRST, goodput_count
 
 from .conftest import ROOT, TOKEN
 
 pytestmark = [pytest.mark.serve, pytest.mark.engine]
 
 
+def _config(tmp: Path, model_pair: Any) -> Path:
+    """The one-replica CPU example with the tiny pair: the model id and the raw server's engine."""
+    cfg = yaml.safe_load((ROOT / "deployments" / "examples" / "cpu-tiny-1replica.yaml").read_text())
+    cfg["model"].update(path=model_pair.target, draft_path=model_pair.draft)
+    path = tmp / "cpu.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 def test_client_sweep_runs_the_app_variants_and_sglangs_server(
     app: Any, model_pair: Any, tmp_path: Path
 ) -> None:
-    cfg = yaml.safe_load((ROOT / "deployments" / "examples" / "cpu-tiny-1replica.yaml").read_text())
-    cfg["model"].update(path=model_pair.target, draft_path=model_pair.draft)
-    config = tmp_path / "cpu.yaml"
-    config.write_text(yaml.safe_dump(cfg))
+    config = _config(tmp_path, model_pair)
     out = tmp_path / "sweep"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECFLIP_CONTROL_TOKEN": TOKEN}
     cmd = [
@@ -58,3 +66,54 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_server(
     assert {r["variant"] for r in status} == {"off", "dynamic"}
     assert (out / "modes.png").stat().st_size > 0
     assert {r["override"] for r in app.client.replicas()} == {"auto"}  # put back as found
+
+
+@pytest.mark.parametrize(
+    ("workload", "phases"), [("closed", "low:1x2,high:6x12,low:1x2"), ("open", "low:2r@2,high:30r@12")]
+)
+def test_client_transition_runs_the_same_phases_for_each_variant(
+    app: Any, model_pair: Any, tmp_path: Path, workload: str, phases: str
+) -> None:
+    out = tmp_path / workload
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECFLIP_CONTROL_TOKEN": TOKEN}
+    cmd = [
+        sys.executable, "-m", "loadtests.bench.client_transition", "--config", str(_config(tmp_path, model_pair)),
+        "--target", app.base, "--workload", workload, "--phases", phases, "--variants", "dynamic,off",
+        "--slo-ttft-ms", "60000", "--slo-tpot-ms", "60000", "--input-len", "12", "--output-len", "6",
+        "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    with (out / "transition.csv").open() as fh:
+        reader = csv.DictReader(fh)
+        assert tuple(reader.fieldnames or ())[: len(TRANSITION_FIRST)] == TRANSITION_FIRST
+        rows = list(reader)
+    loads = [p.split(":")[0] for p in phases.split(",")]
+    assert [(r["variant"], r["phase"], r["load"]) for r in rows] == [
+        (v, str(i), load) for v in ("dynamic", "off") for i, load in enumerate(loads)
+    ]
+    for r in rows:
+        assert r["workload"] == workload and int(r["completed"]) == int(r["prompts"]), r
+        assert int(r["output_tokens"]) == 6 * int(r["prompts"]), r  # fixed lengths: the same work
+        # generous SLOs: every request is good, and goodput is their rate over the phase
+        assert int(r["good_requests"]) == int(r["prompts"]), r
+        assert float(r["goodput_rps"]) == pytest.approx(int(r["prompts"]) / float(r["duration_s"]), rel=0.1)
+    doc = json.loads((out / "results.json").read_text())
+    for v in ("dynamic", "off"):
+        total = sum(float(r["duration_s"]) for r in rows if r["variant"] == v)
+        assert doc["total_duration_s"][v] == pytest.approx(total, abs=0.05)
+    assert (out / "modes.png").stat().st_size > 0
+    assert {r["override"] for r in app.client.replicas()} == {"auto"}
+
+
+def test_goodput_counts_requests_meeting_both_slos() -> None:
+    result = {
+        "ttfts": [0.1, 0.5, 0.1, 0.1],
+        "itls": [[0.01] * 9, [0.01] * 9, [0.05] * 9, [0.01] * 9],
+        "output_lens": [10, 10, 10, 10],
+        "errors": ["", "", "", "boom"],
+    }
+    # TTFT <= 200 ms and TPOT <= 20 ms: the first only (the second is late, the third slow, the last failed)
+    assert goodput_count(result, slo_ttft_ms=200, slo_tpot_ms=20) == 1
+    assert goodput_count(result, slo_ttft_ms=600, slo_tpot_ms=60) == 3
