@@ -35,7 +35,16 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["APP_VARIANTS", "CSV_FIRST", "Served", "SglangClient", "SweepRun", "app_variants", "main"]
+__all__ = [
+    "APP_VARIANTS",
+    "CSV_FIRST",
+    "Served",
+    "SglangClient",
+    "SweepRun",
+    "app_variants",
+    "draw_modes",
+    "main",
+]
 
 APP_VARIANTS = {"on": "on", "off": "off", "dynamic": "auto"}  # variant -> the override that makes it
 RAW_VARIANTS = {"raw_eagle": "on", "raw_plain": "off"}  # variant -> raw_sglang --speculation
@@ -293,6 +302,18 @@ class Sweep:
         (self.out / "results.json").write_text(json.dumps(doc, indent=2))
 
 
+def draw_modes(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """On a matplotlib axis: the replicas' load (running + waiting, grey) and mode (red step, right
+    axis) over the status rows' `t_rel`."""
+    t = [float(r["t_rel"]) for r in rows]
+    ax.plot(t, [int(r["running"]) + int(r["waiting"]) for r in rows], color="tab:gray", lw=1)
+    ax.set_ylabel("running + waiting", fontsize=8)
+    on = ax.twinx()
+    on.step(t, [1 if r["mode"] == "on" else 0 for r in rows], where="post", color="tab:red", lw=1.5)
+    on.set_ylim(-0.1, 1.1)
+    on.set_yticks([0, 1], ["OFF", "ON"])
+
+
 def plot_modes(status_csv: Path, png: Path) -> None:
     """The dynamic variant's runs side by side: per run, load (running + waiting) and the mode the
     replica ran over the run's time (from status.csv)."""
@@ -308,14 +329,7 @@ def plot_modes(status_csv: Path, png: Path) -> None:
         return
     fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs), 3.0), squeeze=False)
     for ax, (c, k) in zip(axes[0], runs, strict=True):
-        mine = [r for r in rows if int(r["concurrency"]) == c and int(r["repeat"]) == k]
-        t = [float(r["t_rel"]) for r in mine]
-        ax.plot(t, [int(r["running"]) + int(r["waiting"]) for r in mine], color="tab:gray", lw=1)
-        ax.set_ylabel("running + waiting", fontsize=8)
-        on = ax.twinx()
-        on.step(t, [1 if r["mode"] == "on" else 0 for r in mine], where="post", color="tab:red", lw=1.5)
-        on.set_ylim(-0.1, 1.1)
-        on.set_yticks([0, 1], ["OFF", "ON"])
+        draw_modes(ax, [r for r in rows if int(r["concurrency"]) == c and int(r["repeat"]) == k])
         ax.set_title(f"dynamic c={c} run {k}", fontsize=9)
         ax.set_xlabel("s into the run", fontsize=8)
     fig.tight_layout()

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from loadtests.bench.client_sweep import SglangClient, app_variants, log
+from loadtests.bench.client_sweep import SglangClient, app_variants, draw_modes, log
 
 __all__ = ["TRANSITION_FIRST", "Phase", "PhaseRun", "goodput_count", "main", "parse_phases"]
 
@@ -169,13 +169,7 @@ def plot_modes(rows: list[dict[str, Any]], runs: list[PhaseRun], png: Path) -> N
         for ph in phases:
             if ph.load == "high":
                 ax.axvspan(ph.started - t0, ph.started - t0 + ph.duration_s, color="tab:blue", alpha=0.08)
-        t = [float(r["t_rel"]) for r in mine]
-        ax.plot(t, [int(r["running"]) + int(r["waiting"]) for r in mine], color="tab:gray", lw=0.8)
-        ax.set_ylabel("running + waiting", fontsize=8)
-        on = ax.twinx()
-        on.step(t, [1 if r["mode"] == "on" else 0 for r in mine], where="post", color="tab:red", lw=1.2)
-        on.set_ylim(-0.1, 1.1)
-        on.set_yticks([0, 1], ["OFF", "ON"])
+        draw_modes(ax, mine)
         ax.set_title(
             f"{v}: {sum(p.duration_s for p in phases):.1f} s, {sum(p.flips for p in phases)} flips",
             fontsize=9,
