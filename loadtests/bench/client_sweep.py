@@ -139,7 +139,7 @@ class Sweep:
     ) -> None:
         """One client run; `referee` counts the engine's tokens, `lines` (a LogReferee over the engine's
         decode lines, when it logs them) gives its batch and queue."""
-        from loadtests.control import StatusPoller, on_fraction
+        from loadtests.sweep.control import StatusPoller, on_fraction
 
         a, n = self.args, self.prompts(c)
         jsonl = self.out / f"sglang-{variant}-c{c}-r{k}.jsonl"
@@ -202,9 +202,9 @@ class Sweep:
 
     def run_app(self, variants: list[str]) -> None:
         from deployments.client import SpecflipClient
-        from loadtests.launcher import CommandLauncher, ExternalApp, Variant, VariantSpec
-        from loadtests.profiles import serving_processes
-        from loadtests.referee import LogReferee, StatusReferee, replica_log_paths
+        from loadtests.rawvsapp.profiles import serving_processes
+        from loadtests.rawvsapp.referee import LogReferee, StatusReferee, replica_log_paths
+        from loadtests.sweep.launcher import CommandLauncher, ExternalApp, Variant, VariantSpec
 
         a = self.args
         token = os.environ.get("SPECFLIP_CONTROL_TOKEN") or "client-sweep"
@@ -241,14 +241,14 @@ class Sweep:
             launcher.stop()
 
     def run_raw(self, variant: str) -> None:
-        from loadtests.launcher import free_port
-        from loadtests.referee import LogReferee
+        from loadtests.rawvsapp.referee import LogReferee
         from loadtests.servers import ServerProcess
+        from loadtests.sweep.launcher import free_port
 
         a = self.args
         port = free_port()
-        cmd = [sys.executable, "-m", "loadtests.raw_sglang", "--config", str(a.config), "--port", str(port),
-               "--speculation", RAW_VARIANTS[variant]]  # fmt: skip
+        cmd = [sys.executable, "-m", "loadtests.rawvsapp.raw_sglang", "--config", str(a.config),
+               "--port", str(port), "--speculation", RAW_VARIANTS[variant]]  # fmt: skip
         env = {**os.environ, **(CPU_ENV if self.cpu else {})}
         server = ServerProcess(cmd, self.out / f"{variant}.log", env=env, log=log)
         url = f"http://127.0.0.1:{port}"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.calibrate import CalibrationRow, ceilings, load_ceiling, main
-from loadtests.launcher import free_port
+from loadtests.calibrate.run import CalibrationRow, ceilings, load_ceiling, main
+from loadtests.sweep.launcher import free_port
 
 pytestmark = pytest.mark.slow
 

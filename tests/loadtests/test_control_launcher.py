@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from deployments.client import ControlError, SpecflipClient
-from loadtests.control import StatusPoller, mean_accept_length, on_fraction, replica_samples
-from loadtests.launcher import (
+from loadtests.sweep.control import StatusPoller, mean_accept_length, on_fraction, replica_samples
+from loadtests.sweep.launcher import (
     DEFAULT_SPECS,
     CommandLauncher,
     ExternalApp,

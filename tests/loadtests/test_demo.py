@@ -3,7 +3,7 @@ many mode changes a replica had (the README run showed a flapping replica pushin
 
 from __future__ import annotations
 
-from loadtests.demo import DemoReport, ModeChange, PhaseResult, format_report
+from loadtests.demo.drive import DemoReport, ModeChange, PhaseResult, format_report
 from loadtests.sim.trace import Phase
 
 

@@ -10,7 +10,7 @@ import pytest
 import requests
 from requests.adapters import BaseAdapter
 
-from loadtests.hosts import ForeignUrlError, HostBoundUrls, guard_session
+from loadtests.locust.hosts import ForeignUrlError, HostBoundUrls, guard_session
 
 HOST = HostBoundUrls("http://127.0.0.1:8000/")
 

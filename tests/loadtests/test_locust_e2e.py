@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from deployments.client import SpecflipClient
-from loadtests.config import LoadConfig
-from loadtests.locust_run import run_locust
+from loadtests.locust.config import LoadConfig
+from loadtests.locust.run import run_locust
 
 
 def _standin(url: str, path: str) -> Any:

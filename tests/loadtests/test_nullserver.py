@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadtests.launcher import free_port
+from loadtests.locust.sse import SseDecoder, parse_chunk
 from loadtests.servers import ServerProcess
-from loadtests.sse import SseDecoder, parse_chunk
+from loadtests.sweep.launcher import free_port
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def null_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cmd = [
         sys.executable,
         "-m",
-        "loadtests.nullserver",
+        "loadtests.calibrate.nullserver",
         "--port",
         str(port),
         "--processes",
@@ -80,7 +80,7 @@ def test_plain_requests_keep_alive_and_errors(null_url: str) -> None:
 
 def test_tokens_per_chunk_packs_several_tokens_into_one_chunk(tmp_path: Path) -> None:
     port = free_port()
-    cmd = [sys.executable, "-m", "loadtests.nullserver", "--port", str(port), "--processes", "1",
+    cmd = [sys.executable, "-m", "loadtests.calibrate.nullserver", "--port", str(port), "--processes", "1",
            "--tokens-per-chunk", "3"]  # fmt: skip
     server = ServerProcess(cmd, tmp_path / "null.log", log=lambda line: None)
     try:
@@ -97,12 +97,12 @@ def test_tokens_per_chunk_packs_several_tokens_into_one_chunk(tmp_path: Path) ->
 def test_locust_workers_wait_for_their_context_when_model_discovery_is_slow(tmp_path: Path) -> None:
     """`--processes` workers start users as soon as the master says so; a worker whose init is
     still discovering the model (a loaded server answers /v1/models slowly) must not fail them."""
-    from loadtests.config import LoadConfig
-    from loadtests.locust_run import run_locust
+    from loadtests.locust.config import LoadConfig
+    from loadtests.locust.run import run_locust
     from loadtests.metrics import CANCELLED
 
     port = free_port()
-    cmd = [sys.executable, "-m", "loadtests.nullserver", "--port", str(port), "--processes", "1",
+    cmd = [sys.executable, "-m", "loadtests.calibrate.nullserver", "--port", str(port), "--processes", "1",
            "--models-delay-ms", "1500"]  # fmt: skip
     server = ServerProcess(cmd, tmp_path / "null.log", log=lambda line: None)
     try:

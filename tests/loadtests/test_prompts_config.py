@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from deployments.config import ConfigError
-from loadtests.config import LoadConfig, load_config
-from loadtests.payloads import build_request
-from loadtests.prompts import Prompt, PromptError, corpus_prompts, make_prompts, synthetic_prompts
+from loadtests.locust.config import LoadConfig, load_config
+from loadtests.locust.payloads import build_request
+from loadtests.locust.prompts import Prompt, PromptError, corpus_prompts, make_prompts, synthetic_prompts
 
 
 def test_synthetic_prompts_have_the_word_count_and_distinct_prefixes() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.referee import LogReferee, decode_lines, prefill_lines, queue_lines, replica_log_paths
+from loadtests.rawvsapp.referee import LogReferee, decode_lines, prefill_lines, queue_lines, replica_log_paths
 
 LINES = """\
 [2026-12-01 10:00:01 TP0] Prefill batch, #new-seq: 4, #new-token: 512, #cached-token: 0
@@ -36,7 +36,7 @@ def test_a_slow_line_weighs_by_the_time_it_took() -> None:
         "[2026-12-01 10:00:02] Decode batch, #running-req: 8, #token: 1, gen throughput (token/s): 100.00, #q\n"
         "[2026-12-01 10:00:03] Decode batch, #running-req: 8, #token: 1, gen throughput (token/s): 10000.00, #q\n"
     )
-    from loadtests.referee import _tokens_over_time
+    from loadtests.rawvsapp.referee import _tokens_over_time
 
     lines = [(n, r) for _, n, r in decode_lines(log)]
     assert _tokens_over_time(lines) == pytest.approx(2 / (1 / 100 + 1 / 10000))

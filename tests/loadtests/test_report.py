@@ -8,12 +8,12 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pytest
 
-from loadtests.control import ReplicaSample
+from loadtests.locust.records import RequestRecord
 from loadtests.metrics import Slo, summarize
-from loadtests.records import RequestRecord
-from loadtests.report import main as report_main
-from loadtests.report import write_outputs
-from loadtests.results import (
+from loadtests.sweep.control import ReplicaSample
+from loadtests.sweep.report import main as report_main
+from loadtests.sweep.report import write_outputs
+from loadtests.sweep.results import (
     PhaseResult,
     ResultRow,
     SweepResults,
@@ -214,7 +214,7 @@ def test_rows_and_points_are_window_summaries_and_older_files_still_load(tmp_pat
     from dataclasses import asdict, fields
 
     from loadtests.metrics import Summary
-    from loadtests.rawvsapp import Point
+    from loadtests.rawvsapp.run import Point
 
     recs = [
         RequestRecord(start=t, end=t + 0.5, ok=True, status=200, output_tokens=4, ttft=0.1, tpot=0.1,

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from loadtests.shapes import PoissonPacer, ShapeError, parse_shape
+from loadtests.locust.shapes import PoissonPacer, ShapeError, parse_shape
 
 
 def ticks(spec: str, until: float, step: float = 0.5) -> list[tuple[float, tuple[int, float] | None]]:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from loadtests.sse import SseDecoder, StreamChunk, parse_chunk
+from loadtests.locust.sse import SseDecoder, StreamChunk, parse_chunk
 
 
 def ray_chunk(delta: dict, finish: str | None = None) -> bytes:
@@ -129,7 +129,7 @@ def test_malformed_payload_is_an_error_not_an_exception() -> None:
     ],
 )
 def test_the_byte_level_shortcut_agrees_with_parsing_the_json(payload: bytes) -> None:
-    from loadtests import sse
+    from loadtests.locust import sse
 
     obj = json.loads(payload)
     choice = obj["choices"][0]

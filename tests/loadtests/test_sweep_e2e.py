@@ -12,8 +12,8 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pytest
 
-from loadtests.results import read_results_csv
-from loadtests.sweep import concurrency_levels, main
+from loadtests.sweep.results import read_results_csv
+from loadtests.sweep.run import concurrency_levels, main
 from tests.loadtests.conftest import TOKEN
 
 STANDIN = Path(__file__).resolve().with_name("openai_standin.py")

@@ -20,8 +20,8 @@ import matplotlib.image as mpimg
 import pytest
 import yaml
 
-from loadtests.results import SweepResults, read_results_csv
-from loadtests.sweep import main
+from loadtests.sweep.results import SweepResults, read_results_csv
+from loadtests.sweep.run import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deployments" / "examples"
 TARGET = os.environ.get("SPECFLIP_E2E_TARGET", "")

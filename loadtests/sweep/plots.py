@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
-from loadtests.results import ResultRow, TransitionResult  # noqa: E402
+from loadtests.sweep.results import ResultRow, TransitionResult  # noqa: E402
 
 __all__ = ["plot_goodput", "plot_latency", "plot_throughput", "plot_transition"]
 

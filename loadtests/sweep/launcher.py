@@ -67,7 +67,8 @@ class VariantSpec:
     label: str
 
 
-# The CPU example configs; `--variant-config VARIANT=PATH` replaces a path (loadtests/h200_sweep.sh does).
+# The CPU example configs; `--variant-config VARIANT=PATH` replaces a path
+# (loadtests/sweep/h200_sweep.sh does).
 DEFAULT_SPECS: Mapping[Variant, VariantSpec] = {
     Variant.ON: VariantSpec(Variant.ON, "deployments/examples/cpu-tiny.yaml", "on", "speculation always ON"),
     Variant.OFF: VariantSpec(

@@ -1,11 +1,11 @@
 """Locust entry point for specflip load tests (OpenAI streaming chat/completions).
 
-    locust -f loadtests/locustfile.py --headless --host http://127.0.0.1:8000 \\
+    locust -f loadtests/locust/locustfile.py --headless --host http://127.0.0.1:8000 \\
         --csv out/lt/locust --only-summary --lt-shape fixed:users=4,duration=30 \\
         --lt-api chat --lt-input-len 128 --lt-output-len 128 --lt-out-dir out/lt
 
 Every setting is `--lt-<field>` / `SPECFLIP_LT_<FIELD>` / a JSON file given with
-`--lt-config` (loadtests/config.py). The load shape always comes from `--lt-shape`
+`--lt-config` (loadtests/locust/config.py). The load shape always comes from `--lt-shape`
 (Locust's -u/-r/-t are ignored, as for any shape class). Output folder: one
 `requests-<pid>.jsonl` line per request, `run_meta.json` (start time, model,
 config) and `summary.json` (percentiles, throughput, goodput) at the end.
@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run by path (locust -f): make `loadtests` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import httpx
 from locust import LoadTestShape, events
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadtests.config import HELP, LoadConfig, flag_name, load_config
-from loadtests.hosts import HostBoundUrls
+from loadtests.locust.config import HELP, LoadConfig, flag_name, load_config
+from loadtests.locust.hosts import HostBoundUrls
+from loadtests.locust.shapes import Schedule
+from loadtests.locust.users import OpenAIStreamUser, RunContext, current_context, set_context
 from loadtests.metrics import summarize
-from loadtests.shapes import Schedule
-from loadtests.users import OpenAIStreamUser, RunContext, current_context, set_context
 
 __all__ = ["ConfiguredShape", "OpenAIStreamUser", "config_from_options", "discover_model"]
 
@@ -47,7 +47,7 @@ def _add_options(parser: Any) -> None:
         "--lt-config",
         env_var="SPECFLIP_LT_CONFIG",
         default="",
-        help="JSON file with load-test settings (loadtests/config.py)",
+        help="JSON file with load-test settings (loadtests/locust/config.py)",
     )
     for f in fields(LoadConfig):
         parser.add_argument(

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from deployments.config import ConfigError  # the one config error: one line, what and where
+from loadtests.locust.shapes import Schedule, parse_shape
 from loadtests.metrics import Slo
-from loadtests.shapes import Schedule, parse_shape
 
 __all__ = ["LoadConfig", "flag_name", "load_config"]
 
@@ -81,7 +81,7 @@ HELP: dict[str, str] = {
     "model": "model id sent in requests ('' = the first id from /v1/models)",
     "api": "chat (/v1/chat/completions) or completions (/v1/completions)",
     "prompt_set": "synthetic (common words) or corpus (local text files)",
-    "input_len": "prompt length in words (~tokens, see loadtests/prompts.py)",
+    "input_len": "prompt length in words (~tokens, see loadtests/locust/prompts.py)",
     "output_len": "max_tokens per request (the mean, with output_spread)",
     "output_spread": "max_tokens drawn per request uniformly from output_len x [1 - s, 1 + s] "
     "(0 = all equal; > 0 keeps users from finishing in lockstep waves)",
@@ -91,7 +91,7 @@ HELP: dict[str, str] = {
     "corpus_dir": "folder of .py/.txt files for the corpus set ('' = the Python stdlib)",
     "temperature": "sampling temperature (0 = greedy)",
     "ignore_eos": "ask the server to ignore EOS so outputs reach output_len",
-    "shape": "load shape spec, e.g. fixed:users=4,duration=30 (loadtests/shapes.py)",
+    "shape": "load shape spec, e.g. fixed:users=4,duration=30 (loadtests/locust/shapes.py)",
     "out_dir": "folder for requests.jsonl and summary.json",
     "slo_ttft_ms": "TTFT SLO for goodput in ms ('none' = not checked)",
     "slo_tpot_ms": "TPOT SLO for goodput in ms ('none' = not checked)",

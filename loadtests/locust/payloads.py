@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from loadtests.config import LoadConfig
-from loadtests.prompts import Prompt
+from loadtests.locust.config import LoadConfig
+from loadtests.locust.prompts import Prompt
 
 __all__ = ["API_PATHS", "build_request", "output_len"]
 

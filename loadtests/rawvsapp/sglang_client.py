@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtests.referee import LogReferee
+from loadtests.rawvsapp.referee import LogReferee
 
 __all__ = ["ClientRun", "run_sglang_client"]
 

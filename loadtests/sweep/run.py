@@ -22,10 +22,14 @@ import sys
 from pathlib import Path
 
 from deployments.client import ControlError, SpecflipClient
-from loadtests.calibrate import load_ceiling
-from loadtests.config import LoadConfig
-from loadtests.control import StatusPoller, mean_accept_length, on_fraction
-from loadtests.launcher import (
+from loadtests.calibrate.run import load_ceiling
+from loadtests.locust.config import LoadConfig
+from loadtests.locust.records import RequestRecord
+from loadtests.locust.run import LocustError, run_locust
+from loadtests.locust.shapes import Schedule, parse_shape, phase_bounds
+from loadtests.metrics import Slo, summarize, throughput_timeline
+from loadtests.sweep.control import StatusPoller, mean_accept_length, on_fraction
+from loadtests.sweep.launcher import (
     DEFAULT_SPECS,
     AppLauncher,
     CommandLauncher,
@@ -34,12 +38,8 @@ from loadtests.launcher import (
     Variant,
     parse_variant_configs,
 )
-from loadtests.locust_run import LocustError, run_locust
-from loadtests.metrics import Slo, summarize, throughput_timeline
-from loadtests.records import RequestRecord
-from loadtests.report import write_outputs
-from loadtests.results import PhaseResult, ResultRow, SweepResults, TransitionResult
-from loadtests.shapes import Schedule, parse_shape, phase_bounds
+from loadtests.sweep.report import write_outputs
+from loadtests.sweep.results import PhaseResult, ResultRow, SweepResults, TransitionResult
 
 __all__ = ["build_parser", "concurrency_levels", "main", "run_sweep"]
 

@@ -3,7 +3,7 @@
 `results.csv`: one row per (variant, concurrency). `transition.csv`: the mode
 timeline, one row per (variant, poll, replica). `results.json`: everything,
 including the run settings, per-phase transition summaries and tok/s over time,
-so the report and plots can be rebuilt from it (`python -m loadtests.report DIR`).
+so the report and plots can be rebuilt from it (`python -m loadtests.sweep.report DIR`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from loadtests.control import ReplicaSample
 from loadtests.metrics import Summary
+from loadtests.sweep.control import ReplicaSample
 
 __all__ = [
     "PhaseResult",

@@ -3,7 +3,7 @@
     python -m loadtests.calibrate --out out/calibration                  # Locust, 1..N processes
     python -m loadtests.calibrate --clients locust,sglang --tokenizer models/tiny/target --out ...
 
-Each client runs against `loadtests.nullserver` (no model: every stream gets a chunk every
+Each client runs against `loadtests.calibrate.nullserver` (no model: every stream gets a chunk every
 `--step-ms`, so the offered rate is `concurrency x 1000 / step_ms` chunks/s), for every number
 of client processes and concurrency asked. A row says what the client took in (chunks/s, one
 token per chunk), the CPU the client and the null server used (cores), and what limited it:
@@ -35,8 +35,8 @@ from typing import Any
 
 import psutil
 
-from loadtests.config import LoadConfig
-from loadtests.locust_run import run_locust
+from loadtests.locust.config import LoadConfig
+from loadtests.locust.run import run_locust
 from loadtests.markdown import table as markdown_table
 from loadtests.metrics import Slo, summarize
 from loadtests.servers import CpuMeter, ServerProcess
@@ -186,8 +186,8 @@ def calibrate(args: argparse.Namespace, log=print) -> dict[str, Any]:  # noqa: A
     port = args.port
     url = f"http://127.0.0.1:{port}"
     server = ServerProcess(
-        [sys.executable, "-m", "loadtests.nullserver", "--port", str(port), "--step-ms", str(args.step_ms),
-         "--processes", str(args.server_processes)],
+        [sys.executable, "-m", "loadtests.calibrate.nullserver", "--port", str(port),
+         "--step-ms", str(args.step_ms), "--processes", str(args.server_processes)],
         out / "nullserver.log",
         log=log,
     )  # fmt: skip

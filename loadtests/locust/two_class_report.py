@@ -1,6 +1,6 @@
-"""Per-class results of two-class runs (loadtests/two_class.py) and the goodput of docs/routing.md.
+"""Per-class results of two-class runs (loadtests/locust/two_class.py) and the goodput of docs/routing.md.
 
-    python -m loadtests.two_class_report --run always-on=out/on --run always-off=out/off \\
+    python -m loadtests.locust.two_class_report --run always-on=out/on --run always-off=out/off \\
         --run dynamic=out/dyn --run dynamic+classes=out/cls --ttft-slo-ms 500 --tpot-slo-ms 25 \\
         --out out/two-class --doc docs/benchmarks.md --command "bash docs/gpu/two_class.sh"
 
@@ -16,9 +16,9 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from loadtests.locust.records import RequestRecord, read_records
 from loadtests.markdown import table, write_section
 from loadtests.metrics import percentile
-from loadtests.records import RequestRecord, read_records
 
 __all__ = ["ClassResult", "summarize_class", "main"]
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.doc is not None:
         body = (
             f"{args.heading}\n\n"
-            f"Written by `{args.command or 'python -m loadtests.two_class_report'}`. SLO: TTFT <= "
+            f"Written by `{args.command or 'python -m loadtests.locust.two_class_report'}`. SLO: TTFT <= "
             f"{args.ttft_slo_ms:g} ms and TPOT <= {args.tpot_slo_ms:g} ms. Goodput (docs/routing.md): "
             "interactive requests within both SLOs per second, and batch output tok/s.\n\n" + md
         )

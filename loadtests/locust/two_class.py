@@ -1,9 +1,9 @@
 """Locust entry point for a two-class run: interactive and batch users side by side.
 
-    locust -f loadtests/two_class.py --headless --host http://127.0.0.1:8000 \\
+    locust -f loadtests/locust/two_class.py --headless --host http://127.0.0.1:8000 \\
         --lt-shape fixed:users=8,duration=60 --lt-out-dir out/two-class ...
 
-Everything else is loadtests/locustfile.py's (settings, shape, records, summary). Users are
+Everything else is loadtests/locust/locustfile.py's (settings, shape, records, summary). Users are
 split by weight (`SPECFLIP_LT_INTERACTIVE_WEIGHT`, `SPECFLIP_LT_BATCH_WEIGHT`; 1 and 3 by
 default); each sends its class as the `x-specflip-class` header, and every record carries the
 class and the replica and mode the response headers named (`request_class`, `replica`, `mode`).
@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 if __package__ in (None, ""):  # run by path (locust -f): make `loadtests` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from loadtests import users  # the module, not the class: Locust runs every User class named here
-from loadtests.locustfile import ConfiguredShape  # noqa: F401 - the shape and the run's listeners
+from loadtests.locust import users  # the module, not the class: Locust runs every User class named here
+from loadtests.locust.locustfile import ConfiguredShape  # noqa: F401 - the shape and the run's listeners
 
 __all__ = ["BatchUser", "InteractiveUser"]
 

@@ -1,7 +1,7 @@
 """SGLang's own HTTP server with the engine arguments a specflip config gives its replicas.
 
-    python -m loadtests.raw_sglang --config deployments/examples/cpu-tiny.yaml --port 30000
-    python -m loadtests.raw_sglang --config my.yaml --port 30000 --speculation off   # no draft
+    python -m loadtests.rawvsapp.raw_sglang --config deployments/examples/cpu-tiny.yaml --port 30000
+    python -m loadtests.rawvsapp.raw_sglang --config my.yaml --port 30000 --speculation off   # no draft
 
 The baseline the app is measured against (`loadtests.rawvsapp`): what a user would run
 instead of specflip. The keyword arguments `deployments.replica.engine.engine_kwargs` builds for a
@@ -12,7 +12,7 @@ parser (so a renamed or removed flag fails here, loudly), printed, and SGLang's
 whose speculation is OFF. Differences from a
 replica: SGLang's server warm-up request runs (its default); `replicas.env` of the config
 (e.g. `SGLANG_SIMULATE_ACC_LEN`) is set in this process before SGLang is imported; SGLang logs at its
-default level (info), whose decode-batch lines `loadtests.referee` reads.
+default level (info), whose decode-batch lines `loadtests.rawvsapp.referee` reads.
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadtests.raw_sglang", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m loadtests.rawvsapp.raw_sglang", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--config", required=True, help="specflip YAML config")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         kw = {k: v for k, v in kw.items() if not k.startswith("speculative_")}
     kw.pop("skip_server_warmup", None)  # a user's server warms up: SGLang's default
     # SGLang's default log level: its scheduler's decode-batch lines (one per 40 steps) are the
-    # engine's own throughput count that loadtests.referee reads (replicas log at "error")
+    # engine's own throughput count that loadtests.rawvsapp.referee reads (replicas log at "error")
     kw["log_level"] = "info"
     kw.update(host=args.host, port=args.port, served_model_name=config.model.id)
     flags = launch_argv(kw) + [a for a in args.extra if a != "--"]

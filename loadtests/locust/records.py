@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
 
-from loadtests.sse import StreamChunk
+from loadtests.locust.sse import StreamChunk
 
 __all__ = ["RequestRecord", "StreamAccumulator", "TokenSource", "read_records", "write_record"]
 

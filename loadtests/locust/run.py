@@ -17,14 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadtests.config import LoadConfig
-from loadtests.records import RequestRecord
+from loadtests.locust.config import LoadConfig
+from loadtests.locust.records import RequestRecord
 from loadtests.sim.trace import Phase
 
 __all__ = ["LOCUSTFILE", "LocustError", "LocustRun", "RecordTail", "locust_command", "run_locust"]
 
 LOCUSTFILE = Path(__file__).resolve().with_name("locustfile.py")
-REPO_ROOT = LOCUSTFILE.parent.parent
+REPO_ROOT = LOCUSTFILE.parents[2]
 
 
 class LocustError(RuntimeError):
@@ -109,7 +109,7 @@ def run_locust(
     env: dict[str, str] | None = None,
 ) -> LocustRun:
     """Run the shape of `cfg` against `host`; records go to `out_dir`. `locustfile` picks the users
-    (loadtests/two_class.py: interactive and batch), `env` adds to Locust's environment."""
+    (loadtests/locust/two_class.py: interactive and batch), `env` adds to Locust's environment."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = cfg.replace(out_dir=str(out_dir))
     config_path = out_dir / "loadtest.json"

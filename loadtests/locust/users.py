@@ -6,7 +6,7 @@ this module; the sweep runner runs Locust in a subprocess and never does.
 Built to stay out of the measurement: Locust's `FastHttpUser` (geventhttpclient,
 C HTTP parser), one read per SSE event (`readline(b"\n\n")` returns as soon as an
 event is complete), token chunks told apart by a byte search instead of JSON
-parsing (`loadtests.sse`), and per-request bookkeeping after the stream ends.
+parsing (`loadtests.locust.sse`), and per-request bookkeeping after the stream ends.
 `python -m loadtests.calibrate` measures what it can take in on a given host.
 
 Per request it reports to Locust's statistics
@@ -34,14 +34,14 @@ from gevent.event import Event
 from locust import task
 from locust.contrib.fasthttp import FastHttpUser
 
-from loadtests.config import LoadConfig
-from loadtests.hosts import HostBoundUrls, guard_fast_session
+from loadtests.locust.config import LoadConfig
+from loadtests.locust.hosts import HostBoundUrls, guard_fast_session
+from loadtests.locust.payloads import API_PATHS, build_request
+from loadtests.locust.prompts import Prompt, make_prompts
+from loadtests.locust.records import RequestRecord, StreamAccumulator, write_record
+from loadtests.locust.shapes import PoissonPacer, Schedule
+from loadtests.locust.sse import SseDecoder, StreamChunk, parse_chunk
 from loadtests.metrics import CANCELLED
-from loadtests.payloads import API_PATHS, build_request
-from loadtests.prompts import Prompt, make_prompts
-from loadtests.records import RequestRecord, StreamAccumulator, write_record
-from loadtests.shapes import PoissonPacer, Schedule
-from loadtests.sse import SseDecoder, StreamChunk, parse_chunk
 
 __all__ = ["OpenAIStreamUser", "RunContext", "current_context", "set_context"]
 

@@ -1,6 +1,6 @@
 """A null OpenAI server: no model, stream chunks of the real shape at a set rate.
 
-    python -m loadtests.nullserver --port 8199 --step-ms 1 --processes 4
+    python -m loadtests.calibrate.nullserver --port 8199 --step-ms 1 --processes 4
 
 It exists to calibrate load generators (`loadtests.calibrate`): how many SSE chunks per second
 a client can take in before it, not the server, becomes the limit. Each process runs one
@@ -347,7 +347,9 @@ def serve_forever(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m loadtests.nullserver", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m loadtests.calibrate.nullserver", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8199)
     p.add_argument(

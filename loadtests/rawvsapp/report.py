@@ -202,7 +202,7 @@ def _agreement(data: dict[str, Any]) -> list[str]:
     rows: list[tuple[str, dict[str, Any]]] = []
     for (target, spec, stream, _), p in sorted(levels(data["points"]).items()):
         if target == "raw" and stream and spec == "off" and p["engine_tok_s"] is not None:
-            rows.append(("Locust (loadtests.users)", p))
+            rows.append(("Locust (loadtests.locust.users)", p))
     rows += [(r["client"], r) for r in data.get("client_runs", []) if r["engine_tok_s"] is not None]
     if not rows:
         return []

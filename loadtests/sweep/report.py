@@ -1,4 +1,4 @@
-"""Markdown report and plots of a sweep; rebuild them with `python -m loadtests.report OUT_DIR`."""
+"""Markdown report and plots of a sweep; rebuild them with `python -m loadtests.sweep.report OUT_DIR`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from loadtests.plots import plot_goodput, plot_latency, plot_throughput, plot_transition
-from loadtests.results import SweepResults, ratios, write_results_csv, write_transition_csv
+from loadtests.sweep.plots import plot_goodput, plot_latency, plot_throughput, plot_transition
+from loadtests.sweep.results import SweepResults, ratios, write_results_csv, write_transition_csv
 
 __all__ = ["DYNAMIC_GOAL", "main", "render_report", "write_outputs"]
 

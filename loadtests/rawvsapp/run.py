@@ -8,7 +8,7 @@
 
 Each app variant (`--app NAME=CONFIG`, default the --config itself: `specflip serve`, the
 config's replicas; speculation set by operator override) is measured, then, for each speculation
-mode, SGLang's `launch_server` with the replica's engine arguments (`loadtests.raw_sglang`; plain
+mode, SGLang's `launch_server` with the replica's engine arguments (`loadtests.rawvsapp.raw_sglang`; plain
 engine for `off`, EAGLE-3 for `on`), with the same Locust client. Apps go first so that on a fresh
 host any kernel compiled on first use lands in an app replica's warm-up.
 
@@ -18,13 +18,13 @@ consecutive windows at level C). A window counts the output tokens that arrived 
 (`loadtests.metrics`: by chunk arrival, not by request completion, which quantizes into waves);
 output lengths are drawn from `--output-len` x [1 - s, 1 + s] (`--output-spread`) and users start
 `--stagger` seconds apart at most, so they do not run in lockstep. Every window also gets the
-engine's own decode tok/s (`loadtests.referee`: SGLang's scheduler log for raw, the replicas'
+engine's own decode tok/s (`loadtests.rawvsapp.referee`: SGLang's scheduler log for raw, the replicas'
 `decode_tokens` for the app) as referee. `--sglang-client C,...`: SGLang's own benchmark client
 (`python -m sglang.benchmark.serving`) against the plain raw server at those levels too, with the
 referee over its run. With `--calibration`, a point whose client took in more than `--max-load`
 of its calibrated ceiling (chunks/s) is marked client-bound. With `--profile-at C,...`, the first
 streaming window at level C is profiled (py-spy, every process on the serving path and the
-client; `loadtests.profiles`). Writes results.json and report.md (`loadtests.rawvsapp_report`)
+client; `loadtests.rawvsapp.profiles`). Writes results.json and report.md (`loadtests.rawvsapp.report`)
 into --out after every run.
 """
 
@@ -41,16 +41,16 @@ from pathlib import Path
 from typing import Any
 
 from deployments.client import SpecflipClient
-from loadtests.calibrate import load_ceiling
-from loadtests.config import LoadConfig
-from loadtests.launcher import CommandLauncher, Variant, VariantSpec, free_port
-from loadtests.locust_run import run_locust
+from loadtests.calibrate.run import load_ceiling
+from loadtests.locust.config import LoadConfig
+from loadtests.locust.run import run_locust
 from loadtests.metrics import Slo, Summary, summarize
-from loadtests.profiles import RunProfiler, profiles_markdown, serving_processes
-from loadtests.rawvsapp_report import write_report
-from loadtests.referee import LogReferee, StatusReferee, replica_log_paths
+from loadtests.rawvsapp.profiles import RunProfiler, profiles_markdown, serving_processes
+from loadtests.rawvsapp.referee import LogReferee, StatusReferee, replica_log_paths
+from loadtests.rawvsapp.report import write_report
+from loadtests.rawvsapp.sglang_client import ClientRun, run_sglang_client
 from loadtests.servers import ServerError, ServerProcess
-from loadtests.sglang_client import ClientRun, run_sglang_client
+from loadtests.sweep.launcher import CommandLauncher, Variant, VariantSpec, free_port
 
 __all__ = ["Point", "build_parser", "main"]
 
@@ -201,8 +201,8 @@ class Bench:
         a = self.args
         env = {**os.environ, **(CPU_ENV if a.cpu else {})}
         port = free_port()  # another process can take it before SGLang binds: run_raw starts again
-        cmd = [sys.executable, "-m", "loadtests.raw_sglang", "--config", str(a.config), "--port", str(port),
-               "--speculation", spec, *a.raw_args]  # fmt: skip
+        cmd = [sys.executable, "-m", "loadtests.rawvsapp.raw_sglang", "--config", str(a.config),
+               "--port", str(port), "--speculation", spec, *a.raw_args]  # fmt: skip
         return ServerProcess(
             cmd, self.out / f"raw-{spec}.log", env=env, log=self.log
         ), f"http://127.0.0.1:{port}"

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import httpx
 
-from loadtests.hosts import HostBoundUrls
+from loadtests.locust.hosts import HostBoundUrls
 
 __all__ = ["LogReferee", "StatusReferee", "decode_lines", "prefill_lines", "queue_lines", "replica_log_paths"]
 

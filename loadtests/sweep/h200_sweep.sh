@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 load-test sweep of docs/benchmarks.md, one simulated acceptance per call:
-#   loadtests/h200_sweep.sh ACC_LEN OUT_DIR [more loadtests.sweep arguments]
+#   loadtests/sweep/h200_sweep.sh ACC_LEN OUT_DIR [more loadtests.sweep arguments]
 # Two replicas of Llama-3.1-8B shapes with random weights (one per GPU: the 2-GPU machine),
 # the full app (Ray Serve, policy actor, OpenAI API) started by the sweep; speculation always
 # ON, always OFF (operator override) and dynamic (goodput policy), concurrency 1..128, then the
