@@ -26,7 +26,7 @@ from loadtests.sweep.launcher import (
 )
 from tests.loadtests.conftest import TOKEN
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 STANDIN = REPO / "tests" / "loadtests" / "openai_standin.py"
 
 

@@ -17,7 +17,7 @@ from loadtests.bench.inprocess import make_requests
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_requests_are_the_same_for_every_engine_and_span_the_output_range() -> None:

@@ -14,7 +14,7 @@ import pytest
 from loadtests.bench.flip_cost import flip_latency
 from loadtests.bench.inprocess import Stream, StreamedRun
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_gaps_and_first_tokens_near_a_flip_are_told_apart_from_steady_ones() -> None:

@@ -16,7 +16,7 @@ from loadtests.sweep.results import read_results_csv
 from loadtests.sweep.run import concurrency_levels, main
 from tests.loadtests.conftest import TOKEN
 
-STANDIN = Path(__file__).resolve().with_name("openai_standin.py")
+STANDIN = Path(__file__).resolve().parents[1] / "openai_standin.py"
 OUTPUT_LEN, DURATION = 16, 2.0
 
 

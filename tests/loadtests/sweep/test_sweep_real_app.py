@@ -23,7 +23,7 @@ import yaml
 from loadtests.sweep.results import SweepResults, read_results_csv
 from loadtests.sweep.run import main
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "deployments" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "deployments" / "examples"
 TARGET = os.environ.get("SPECFLIP_E2E_TARGET", "")
 LEVELS = [int(c) for c in os.environ.get("SPECFLIP_E2E_CONCURRENCY", "1,4").split(",")]
 TOKEN = os.environ.get("SPECFLIP_E2E_TOKEN", "sweep-test-token")

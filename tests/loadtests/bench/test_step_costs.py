@@ -14,7 +14,7 @@ import pytest
 
 from loadtests.bench.step_costs import KEYS, fit_line, measured_crossover
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_fit_line_recovers_a_line_and_never_a_falling_or_free_step() -> None:

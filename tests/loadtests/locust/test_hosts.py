@@ -111,7 +111,7 @@ def test_every_http_call_in_the_package_takes_a_host_bound_url() -> None:
     """Static check: the first argument of each HTTP call is `<something>.url(...)`, a variable
     assigned from one in the same function, or a literal path '/...' (deployments.client's
     SpecflipClient joins it to its base URL and refuses anything else): no literal or foreign URL."""
-    pkg = Path(__file__).resolve().parents[2] / "loadtests"
+    pkg = Path(__file__).resolve().parents[3] / "loadtests"
     calls = 0
     for path in sorted(pkg.rglob("*.py")):
         tree = ast.parse(path.read_text())
