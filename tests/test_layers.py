@@ -225,3 +225,9 @@ def test_a_shared_module_is_shared(module: str) -> None:
             if any(_under(name, f"loadtests.{module}") for name, _, _ in _imports_in(path)):
                 users.add(folder)
     assert len(users) >= 2, f"loadtests.{module} is imported from {sorted(users)} only: move it there"
+
+
+def test_the_architecture_doc_has_a_row_for_every_tool_folder() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    missing = [f for f in TOOL_FOLDERS if f"| `loadtests/{f}/` |" not in text]
+    assert not missing, f"docs/architecture.md's tooling table has no row for {missing}"
