@@ -4,7 +4,7 @@
 `specflip serve` and the demo wait on it, the load-test sweep switches variants and polls status
 with it, the tests talk to the app through it. Every request goes to a path under the base URL it
 was made with (paths are checked, redirects are not followed), so a client never reaches another
-host. Locust's users send the measured load through Locust's own session (loadtests/users.py).
+host. Locust's users send the measured load through Locust's own session (loadtests/locust/users.py).
 
 Status format (`GET /specflip/status`, deployments.http.control.status_document):
 `{"replicas": [{"replica_id", "mode", "desired_mode", "running", "waiting", "accept_length",

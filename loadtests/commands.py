@@ -70,7 +70,7 @@ def _demo(args: argparse.Namespace) -> int:
     paths = build_pair(pair_dir, PairSpec(seed=args.seed), log=progress)
     config = cpu_demo_config((paths.target, paths.draft), serve={"port": args.port})
     from deployments.local import run_local
-    from loadtests.demo import drive, format_report
+    from loadtests.demo.drive import drive, format_report
     from loadtests.sim.trace import Phase
 
     low, high, low2 = args.phase_s
@@ -108,7 +108,7 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    sweep: Any = _lazy("loadtests.sweep", "main")
+    sweep: Any = _lazy("loadtests.sweep.run", "main")
     result = sweep(_passthrough(args.args))
     return result if isinstance(result, int) else 0
 

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from loadtests.records import RequestRecord
+from loadtests.locust.records import RequestRecord
 
 __all__ = [
     "CANCELLED",

@@ -2,11 +2,12 @@
 the tooling, the tooling depends on the product, not the reverse, and inside `deployments/` each
 folder is one process's part of a request's way and imports only what lies below it.
 
-Serving = every module of deployments/, policy/ and patched_worker/. Tooling = loadtests/ (load
-harness, benchmarks, demo, the fleet simulator `loadtests.sim`, model building `loadtests.models`,
-the CLI's tooling subcommands). Every import counts, including those inside functions and under
-TYPE_CHECKING, and so do module names passed as strings (importlib). The CLI reaches the tooling's
-subcommands through the `specflip.commands` entry point only.
+Serving = every module of deployments/, policy/ and patched_worker/. Tooling = loadtests/, one
+folder per tool (TOOL_FOLDERS: the Locust harness, the sweep, raw-vs-app, calibration, benchmarks,
+the fleet simulator, model building, the demo) beside the CLI's tooling subcommands and the few
+modules several tools share (TOOLING_TOP). Every import counts, including those inside functions and
+under TYPE_CHECKING, and so do module names passed as strings (importlib). The CLI reaches the
+tooling's subcommands through the `specflip.commands` entry point only.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("deployments", "policy", "patched_worker")
 TOOLING = ("loadtests",)
+# loadtests/: one folder per tool (docs/architecture.md, "Tooling"), and at the top only the package,
+# the CLI's subcommands and the modules several tools share
+TOOL_FOLDERS = ("locust", "sweep", "rawvsapp", "calibrate", "bench", "sim", "models", "demo")
+TOOLING_TOP = ("__init__", "__main__", "commands", "metrics", "markdown", "servers")
 _MODULE_NAME = re.compile(r"^(loadtests|deployments)(\.\w+)+$")  # a module named in a string
 
 
@@ -191,3 +196,38 @@ def test_the_walk_sees_imports_inside_functions_and_by_name(tmp_path: Path) -> N
         ("deployments.routing.router", False),
     } <= found
     assert any(_under(n, "deployments.routing.router") for n, _ in found)
+
+
+def test_loadtests_holds_one_folder_per_tool_and_only_shared_modules_at_the_top() -> None:
+    """A new tool gets its folder; a module at the top is one that several tools import."""
+    top = ROOT / "loadtests"
+    modules = {p.stem for p in top.glob("*.py")}
+    folders = {p.parent.name for p in top.glob("*/__init__.py")}
+    assert modules == set(TOOLING_TOP), f"loadtests/ top-level modules: {sorted(modules - set(TOOLING_TOP))}"
+    assert folders == set(TOOL_FOLDERS)
+
+
+@pytest.mark.parametrize("folder", TOOL_FOLDERS)
+def test_each_tool_folder_says_what_it_is_for_and_what_it_exports(folder: str) -> None:
+    tree = ast.parse((ROOT / "loadtests" / folder / "__init__.py").read_text())
+    assert ast.get_docstring(tree), f"loadtests/{folder}/__init__.py has no docstring"
+    names = {t.id for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
+             for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}  # fmt: skip
+    assert "__all__" in names, f"loadtests/{folder}/__init__.py has no __all__"
+
+
+@pytest.mark.parametrize("module", [m for m in TOOLING_TOP if m not in ("__init__", "__main__", "commands")])
+def test_a_shared_module_is_shared(module: str) -> None:
+    """A top-level module of loadtests/ earns its place by being imported from two tool folders or more."""
+    users = set()
+    for folder in TOOL_FOLDERS:
+        for path in (ROOT / "loadtests" / folder).rglob("*.py"):
+            if any(_under(name, f"loadtests.{module}") for name, _, _ in _imports_in(path)):
+                users.add(folder)
+    assert len(users) >= 2, f"loadtests.{module} is imported from {sorted(users)} only: move it there"
+
+
+def test_the_architecture_doc_has_a_row_for_every_tool_folder() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    missing = [f for f in TOOL_FOLDERS if f"| `loadtests/{f}/` |" not in text]
+    assert not missing, f"docs/architecture.md's tooling table has no row for {missing}"

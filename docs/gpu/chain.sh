@@ -19,7 +19,7 @@ CUDA_VISIBLE_DEVICES=0 python3 -m loadtests.bench.off_cost --out "$R/offcost" > 
 log "offcost rc=$?"
 for acc in 2 3; do
   log "sweep acc=$acc start"
-  TOKENIZER_FROM=/tmp/persist/tok bash loadtests/h200_sweep.sh "$acc" "$R/sweep-acc$acc" > "$R/sweep-acc$acc.log" 2>&1
+  TOKENIZER_FROM=/tmp/persist/tok bash loadtests/sweep/h200_sweep.sh "$acc" "$R/sweep-acc$acc" > "$R/sweep-acc$acc.log" 2>&1
   log "sweep acc=$acc rc=$?"
   /tmp/site/bin/ray stop --force >/dev/null 2>&1; pkill -f "[r]aylet"; sleep 3
 done

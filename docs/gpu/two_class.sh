@@ -24,7 +24,7 @@ run() {  # name config override(on|off|auto)
   curl -sf -X POST localhost:8000/specflip/override -H "Authorization: Bearer two-class" \
     -d "{\"replica_id\": \"*\", \"mode\": \"$ov\"}" > /dev/null
   sleep 5
-  python3 -m locust -f loadtests/two_class.py --headless --host http://127.0.0.1:8000 \
+  python3 -m locust -f loadtests/locust/two_class.py --headless --host http://127.0.0.1:8000 \
     --csv "$OUT/$name/locust" --only-summary --exit-code-on-error 0 --loglevel WARNING --processes 8 \
     --lt-shape "fixed:users=$USERS,duration=$SECS" --lt-api chat --lt-input-len 128 --lt-output-len 256 \
     --lt-out-dir "$OUT/$name" > "$OUT/$name.locust.log" 2>&1
@@ -36,7 +36,7 @@ run always-on  $E/h200-dummy8b-2replica.yaml on
 run always-off $E/h200-dummy8b-2replica.yaml off
 run dynamic    $E/h200-dummy8b-2replica.yaml auto
 run dynamic+classes $E/h200-dummy8b-2replica-classes.yaml auto
-python3 -m loadtests.two_class_report --ttft-slo-ms 1000 --tpot-slo-ms 30 --out "$OUT/report" \
+python3 -m loadtests.locust.two_class_report --ttft-slo-ms 1000 --tpot-slo-ms 30 --out "$OUT/report" \
   --run always-on="$OUT/always-on" --run always-off="$OUT/always-off" --run dynamic="$OUT/dynamic" \
   --run dynamic+classes="$OUT/dynamic+classes" --doc docs/benchmarks.md --heading "## two-class routing (H200)" \
   --command "bash docs/gpu/two_class.sh $OUT $USERS $SECS"

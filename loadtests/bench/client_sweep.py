@@ -134,17 +134,17 @@ class Served:
     variant: str
     url: str
     client: Any  # deployments.client.SpecflipClient with the control token
-    referee: Any  # loadtests.referee.StatusReferee
-    lines: Any  # loadtests.referee.LogReferee over the one replica's engine log, or None
+    referee: Any  # loadtests.rawvsapp.referee.StatusReferee
+    lines: Any  # loadtests.rawvsapp.referee.LogReferee over the one replica's engine log, or None
 
 
 def app_variants(args: argparse.Namespace, variants: list[str], out: Path) -> Iterator[Served]:
     """Each of `variants` (on, off, dynamic) on one app, in turn: `args.target` (an app that runs
     already, its overrides put back at the end) or one `specflip serve --config args.config`."""
     from deployments.client import SpecflipClient
-    from loadtests.launcher import CommandLauncher, ExternalApp, Variant, VariantSpec
-    from loadtests.profiles import serving_processes
-    from loadtests.referee import LogReferee, StatusReferee, replica_log_paths
+    from loadtests.rawvsapp.profiles import serving_processes
+    from loadtests.rawvsapp.referee import LogReferee, StatusReferee, replica_log_paths
+    from loadtests.sweep.launcher import CommandLauncher, ExternalApp, Variant, VariantSpec
 
     token = os.environ.get("SPECFLIP_CONTROL_TOKEN") or "client-sweep"
     specs = {
@@ -199,7 +199,7 @@ class Sweep:
     ) -> None:
         """One client run; `referee` counts the engine's tokens, `lines` (a LogReferee over the engine's
         decode lines, when it logs them) gives its batch and queue."""
-        from loadtests.control import StatusPoller, on_fraction
+        from loadtests.sweep.control import StatusPoller, on_fraction
 
         a, n = self.args, self.prompts(c)
         jsonl = self.out / f"sglang-{variant}-c{c}-r{k}.jsonl"
@@ -266,14 +266,14 @@ class Sweep:
                 self.one(served.url, served.variant, c, k, served.referee, served.client, served.lines)
 
     def run_raw(self, variant: str) -> None:
-        from loadtests.launcher import free_port
-        from loadtests.referee import LogReferee
+        from loadtests.rawvsapp.referee import LogReferee
         from loadtests.servers import ServerProcess
+        from loadtests.sweep.launcher import free_port
 
         a = self.args
         port = free_port()
-        cmd = [sys.executable, "-m", "loadtests.raw_sglang", "--config", str(a.config), "--port", str(port),
-               "--speculation", RAW_VARIANTS[variant]]  # fmt: skip
+        cmd = [sys.executable, "-m", "loadtests.rawvsapp.raw_sglang", "--config", str(a.config),
+               "--port", str(port), "--speculation", RAW_VARIANTS[variant]]  # fmt: skip
         env = {**os.environ, **(CPU_ENV if self.cpu else {})}
         server = ServerProcess(cmd, self.out / f"{variant}.log", env=env, log=log)
         url = f"http://127.0.0.1:{port}"

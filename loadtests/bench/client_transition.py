@@ -109,7 +109,7 @@ def _ms(result: dict[str, Any], key: str) -> float | None:
 
 
 def run_variant(args: argparse.Namespace, client: SglangClient, served: Any, out: Path) -> list[PhaseRun]:
-    from loadtests.control import StatusPoller, on_fraction
+    from loadtests.sweep.control import StatusPoller, on_fraction
 
     runs: list[PhaseRun] = []
     with StatusPoller(served.client, interval=0.5) as poller:

@@ -16,7 +16,7 @@ output tok/s counts the tokens that arrived from `--settle` s after a level's st
 request was sent (every user in flight, the batch held); the run's tok/s is every token over the
 level's wall time, ramp-up and tail included (the first H200 run of this bench reported only that:
 its batch averaged 164 at c=256, so it said little about a held batch). Each engine gets the config's engine arguments (`deployments.replica.engine.engine_kwargs`,
-`replicas.env` set first); plain drops every `speculative_*` argument, as `loadtests.raw_sglang`
+`replicas.env` set first); plain drops every `speculative_*` argument, as `loadtests.rawvsapp.raw_sglang`
 does. Greedy outputs are compared with the plain engine's: token-identical in fp32 on CPU; in bf16
 a near-tie can differ (counted, not failed). Writes results.json and report.md to --out.
 """

@@ -182,7 +182,7 @@ def prepare_process(config: Any) -> int:
 
     os.environ.update(config.replicas.env)
     if config.engine.device is Device.CPU:
-        from loadtests.rawvsapp import CPU_ENV
+        from loadtests.rawvsapp.run import CPU_ENV
         from patched_worker.cpu.shim import enable
 
         os.environ.update(CPU_ENV)
@@ -194,7 +194,7 @@ def prepare_process(config: Any) -> int:
 
 def in_process_kwargs(config: Any, speculative: bool) -> dict[str, Any]:
     """The config's engine keywords, token ids in and out (no tokenizer); without the draft if not
-    `speculative` (as `loadtests.raw_sglang --speculation off`)."""
+    `speculative` (as `loadtests.rawvsapp.raw_sglang --speculation off`)."""
     from deployments.replica.engine import engine_kwargs
 
     kw = engine_kwargs(config)

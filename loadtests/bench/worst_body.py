@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import psutil
 
-from loadtests.hosts import HostBoundUrls
+from loadtests.locust.hosts import HostBoundUrls
 from loadtests.markdown import table, write_section
 
 __all__ = ["main", "worst_body"]

@@ -22,7 +22,7 @@ _NEVER = float("inf")
 @dataclass(slots=True)
 class SimRequest:
     """One simulated request, mutated as the simulation runs (first token, done). Times in
-    simulated seconds. Measured requests are `loadtests.records.RequestRecord`, a different thing:
+    simulated seconds. Measured requests are `loadtests.locust.records.RequestRecord`, a different thing:
     frozen, from a real stream."""
 
     arrival: float

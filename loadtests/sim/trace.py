@@ -1,7 +1,7 @@
 """Load phases and request traces. Pure.
 
 `Phase` is the one description of a stretch of load, used by the simulator, the Locust load
-shapes (`loadtests.shapes`) and `specflip demo`: a name, a duration, and either concurrent users
+shapes (`loadtests.locust.shapes`) and `specflip demo`: a name, a duration, and either concurrent users
 (closed loop) or an arrival rate (open loop).
 `Trace`: open loop, piecewise-constant Poisson arrivals (requests come whatever the fleet does).
 `ClosedLoop`: Locust-style users, each sending its next request a think time after the last

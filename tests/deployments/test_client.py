@@ -1,5 +1,5 @@
 """The app's HTTP client reaches only paths under its base URL (its requests against an app are
-tested with the stand-in in tests/loadtests/test_control_launcher.py and with the real app in
+tested with the stand-in in tests/loadtests/sweep/test_control_launcher.py and with the real app in
 test_serve_app.py)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Not the product and not a fake of its internals: a small stdlib HTTP server that
 speaks the same wire formats (OpenAI streaming SSE as Ray Serve LLM sends it, the
 specflip status/override API, Prometheus text) so Locust, the sweep runner and
 the report can be exercised end to end in seconds, without an engine
-(tests/loadtests/test_sweep_real_app.py runs the sweep against the real app).
+(tests/loadtests/sweep/test_sweep_real_app.py runs the sweep against the real app).
 
 It simulates N replicas, each a batch loop whose step time and tokens per step
 depend on its speculation mode (ON: more tokens per step, slower steps that grow

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from loadtests.locust.records import RequestRecord, StreamAccumulator
+from loadtests.locust.sse import StreamChunk
 from loadtests.metrics import (
     CANCELLED,
     Slo,
@@ -13,8 +15,6 @@ from loadtests.metrics import (
     throughput_timeline,
     window_tokens,
 )
-from loadtests.records import RequestRecord, StreamAccumulator
-from loadtests.sse import StreamChunk
 
 TOK = StreamChunk(is_token=True)
 

@@ -108,7 +108,7 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
         "## Clients against the engine's own count (raw server, speculation off)",
         "| sglang.benchmark.serving | 2 |",
         "prompt tokens/request (engine) |",
-        "| Locust (loadtests.users) | 2 |",
+        "| Locust (loadtests.locust.users) | 2 |",
         ", 2 windows)",  # the repeated level shows its spread
         "the raw servers were started with the app and idled beside it",
         "### raw, speculation off, c=2 (streaming)",

@@ -21,8 +21,8 @@ import pytest
 
 from deployments.defaults import cpu_demo_config
 from deployments.local import LocalApp, run_local, wait_until
-from loadtests.config import LoadConfig
-from loadtests.locust_run import run_locust
+from loadtests.locust.config import LoadConfig
+from loadtests.locust.run import run_locust
 from tests.deployments.conftest import MODEL, TOKEN, free_port
 from tests.prom import total
 
@@ -88,7 +88,7 @@ def test_interactive_requests_land_on_on_replicas_and_follow_a_flip(app: LocalAp
         app.base,
         cfg,
         tmp_path / "two-class",
-        locustfile=ROOT / "loadtests" / "two_class.py",
+        locustfile=ROOT / "loadtests" / "locust" / "two_class.py",
         env={"SPECFLIP_LT_INTERACTIVE_WEIGHT": "1", "SPECFLIP_LT_BATCH_WEIGHT": "1"},
     )
     done = [r for r in run.records if r.ok]

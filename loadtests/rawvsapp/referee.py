@@ -1,0 +1,274 @@
+"""The engine's own count of the tokens it generated, read for a client's measurement window.
+
+A client's tok/s says what reached the client; the engine's counters say what the engine made.
+Over the same window the two must agree (within the share of first tokens, which come from
+prefill and which both counters below leave out: ~1% for 128-token outputs), or the client (or
+the path to it) is the bottleneck and its number is not the server's.
+
+- `LogReferee`: SGLang's own server. Its scheduler logs a `Decode batch, ... gen throughput
+  (token/s): X` line every `decode_log_interval` (40) decode steps, X = tokens generated since the
+  previous line over the wall time since it. Each line covers 40 steps of `#running-req`
+  requests, i.e. about 40 x #running-req tokens, so the rate over a window is those tokens over
+  the time they took: sum(n_i) / sum(n_i / X_i) over the lines stamped inside it (stamps have 1-s
+  resolution: the window is taken to whole seconds), or the next line after it when none is
+  (windows shorter than 40 steps of a slow engine). The plain mean of the X_i is not the rate: a
+  line whose 40 steps were slowed by prefills counts as much as a fast one, and on the H200 the
+  mean read 1.3-1.6x what both clients saw at c >= 128 (2026-12-02).
+  That time base is wrong for a run that starts after the server idled: the first line's "time
+  since the previous line" holds the idle gap (on the H200, 4-6 s before SGLang's client's runs:
+  its engine rate read 1.17-1.65x low while the engine's token count matched the client's within
+  4%). A whole client run is refereed by `tokens` instead: the tokens its lines count (40 x n_i)
+  over the client's own duration. `prompt_tokens` reads the prefill lines: the prompt tokens per
+  new request the engine saw, i.e. which workload a client actually sent. `running` is the mean
+  `#running-req` of the lines stamped in a window: the batch the engine was fed.
+- `StatusReferee`: the app. Each replica reports its engine's cumulative `generated_tokens` with
+  its tick (`/specflip/status`, `engine.generated_tokens`); a thread polls the status and keeps (time the
+  report was made, count) per replica; the rate over a window is the interpolated count at its
+  end minus at its start, summed over replicas. `running` is the mean of the running requests the
+  replicas reported in a window, summed over replicas.
+
+A client whose server path delivers late (a late first token, a stream's end seen late) holds
+fewer requests in the engine at the same concurrency: `running` beside the raw server's at the
+same c shows whether an engine made fewer tokens because it was slower or because it was fed less.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+from loadtests.locust.hosts import HostBoundUrls
+
+__all__ = ["LogReferee", "StatusReferee", "decode_lines", "prefill_lines", "queue_lines", "replica_log_paths"]
+
+_DECODE = re.compile(
+    r"\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s+Decode batch[^,]*, "
+    r"#running-req:\s*(?P<running>\d+).*?gen throughput \(token/s\):\s*(?P<rate>[0-9.]+)"
+)
+
+_PREFILL = re.compile(
+    r"\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s+Prefill batch[^,]*, "
+    r"#new-seq:\s*(?P<seqs>\d+), #new-token:\s*(?P<new>\d+), #cached-token:\s*(?P<cached>\d+)"
+)
+_QUEUE = re.compile(
+    r"\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s+Decode batch[^\n]*?#queue-req:\s*(?P<queue>\d+)"
+)
+RAY_LOGS = Path("/tmp/ray/session_latest/logs")  # where Ray writes its workers' stdout / stderr
+DECODE_LOG_INTERVAL = 40  # SGLang's default `decode_log_interval`: decode steps per decode-batch line
+
+
+def _stamp(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").timestamp()
+
+
+def prefill_lines(text: str) -> list[tuple[float, int, int]]:
+    """(epoch seconds, new requests, their prompt tokens: new + cached) of every prefill-batch line."""
+    return [
+        (_stamp(m["time"]), int(m["seqs"]), int(m["new"]) + int(m["cached"])) for m in _PREFILL.finditer(text)
+    ]
+
+
+def queue_lines(text: str) -> list[tuple[float, int]]:
+    """(epoch seconds, requests waiting in the engine's queue) of every decode-batch line."""
+    return [(_stamp(m["time"]), int(m["queue"])) for m in _QUEUE.finditer(text)]
+
+
+def replica_log_paths(pid: int | None, logs: Path = RAY_LOGS) -> list[Path]:
+    """The Ray worker log files of process `pid` (a Serve replica): its engine's scheduler, a child
+    process, writes its decode and prefill lines there (with the engine's `log_level` at info)."""
+    if pid is None or not logs.is_dir():
+        return []
+    return sorted(p for p in logs.glob(f"worker-*-{pid}.*") if p.suffix in (".out", ".err"))
+
+
+def decode_lines(text: str) -> list[tuple[float, int, float]]:
+    """(epoch seconds of the stamp, running requests, gen throughput) of every decode-batch line
+    in a log text. Stamps are the host's local time (SGLang's log format)."""
+    out = []
+    for m in _DECODE.finditer(text):
+        out.append((_stamp(m["time"]), int(m["running"]), float(m["rate"])))
+    return out
+
+
+def _tokens_over_time(lines: list[tuple[int, float]]) -> float | None:
+    """sum(n) / sum(n / rate): the rate of lines that each cover 40 steps of n requests."""
+    lines = [(n, r) for n, r in lines if r > 0 and n > 0]
+    if not lines:
+        return None
+    return sum(n for n, _ in lines) / sum(n / r for n, r in lines)
+
+
+class LogReferee:
+    """Decode tok/s of an SGLang engine from its scheduler's log: SGLang's own server's log file, or
+    the Ray worker logs of an app replica (several files: read as one)."""
+
+    def __init__(self, log_path: Path | list[Path], log_interval: int = DECODE_LOG_INTERVAL) -> None:
+        self.log_paths = [log_path] if isinstance(log_path, Path) else list(log_path)
+        self.log_path = self.log_paths[0] if self.log_paths else None
+        self.log_interval = log_interval
+
+    def _text(self) -> str | None:
+        texts = []
+        for path in self.log_paths:
+            try:
+                texts.append(path.read_text(errors="replace"))
+            except OSError:
+                continue
+        return "\n".join(texts) if texts else None
+
+    def tokens(self, start: float, end: float) -> int | None:
+        """Decode tokens the lines stamped in [start, end] count (`log_interval` steps of n requests
+        each); the steps after the last line are not logged. None if no line is stamped there.
+
+        n is the batch at the line's last step: the count is right while the batch holds steady over
+        a line's steps (on the H200, 128-256 requests of 64-192 tokens: within 4% of SGLang's client's
+        own count) and too high where requests shorter than the interval come and go (the CPU chain
+        test, 2 requests of 12-36 tokens: about 2x)."""
+        text = self._text()
+        if text is None:
+            return None
+        inside = [n for t, n, _ in decode_lines(text) if int(start) <= t <= int(end)]
+        return self.log_interval * sum(inside) if inside else None
+
+    def prompt_tokens(self, start: float, end: float) -> float | None:
+        """Mean prompt tokens per new request over the prefill lines stamped in [start, end]."""
+        text = self._text()
+        if text is None:
+            return None
+        inside = [(n, k) for t, n, k in prefill_lines(text) if int(start) <= t <= int(end)]
+        seqs = sum(n for n, _ in inside)
+        return sum(k for _, k in inside) / seqs if seqs else None
+
+    def running(self, start: float, end: float, wait_s: float = 10.0) -> float | None:
+        """Mean `#running-req` over the decode lines stamped in [start, end]; a window too short for a
+        line of its own gets the first line after it (as `rate`). None if there is none."""
+        text = self._text()
+        if text is None:
+            return None
+        lines = decode_lines(text)
+        inside = [n for t, n, _ in lines if int(start) <= t <= int(end)]
+        if not inside:
+            inside = [n for t, n, _ in lines if int(end) < t < int(end) + wait_s][:1]
+        return sum(inside) / len(inside) if inside else None
+
+    def queued(self, start: float, end: float, wait_s: float = 10.0) -> float | None:
+        """Mean `#queue-req` (requests waiting for a prefill) over the decode lines stamped in [start, end];
+        a window without a line of its own gets the first line after it (as `rate`)."""
+        text = self._text()
+        if text is None:
+            return None
+        lines = queue_lines(text)
+        inside = [q for t, q in lines if int(start) <= t <= int(end)]
+        if not inside:
+            inside = [q for t, q in lines if int(end) < t < int(end) + wait_s][:1]
+        return sum(inside) / len(inside) if inside else None
+
+    def rate(self, start: float, end: float, wait_s: float = 10.0) -> float | None:
+        """Mean gen throughput of the lines stamped in [start, end) (to whole seconds); a window too
+        short for a line of its own (a slow engine: 40 steps take longer) gets the first line after
+        it, which covers its end. None if there is none within `wait_s` after it."""
+        text = self._text()
+        if text is None:
+            return None
+        lo, hi = int(start), int(end)
+        lines = decode_lines(text)
+        inside = [(n, r) for t, n, r in lines if lo <= t < hi]
+        if not inside:
+            inside = [(n, r) for t, n, r in lines if hi <= t < hi + wait_s][:1]
+        return _tokens_over_time(inside)
+
+    def close(self) -> None:
+        pass
+
+
+class StatusReferee:
+    """Decode tok/s of the app's engines, from the cumulative counts their replicas report."""
+
+    def __init__(self, base_url: str, every_s: float = 0.5) -> None:
+        self._urls = HostBoundUrls(base_url)
+        self._every_s = every_s
+        self._samples: dict[str, list[tuple[float, int]]] = {}
+        self._running: dict[str, list[tuple[float, int]]] = {}  # (report time, running requests)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="status-referee", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        with httpx.Client(timeout=5.0) as client:
+            while not self._stop.is_set():
+                asked = time.time()
+                try:
+                    url = self._urls.url("/specflip/status")
+                    replicas = client.get(url).json().get("replicas") or []
+                except (httpx.HTTPError, ValueError):
+                    replicas = []
+                with self._lock:
+                    for r in replicas:
+                        engine = r.get("engine") or {}
+                        count = engine.get("generated_tokens")
+                        age = r.get("last_report_age_s")
+                        if not isinstance(count, int) or not isinstance(age, int | float):
+                            continue
+                        series = self._samples.setdefault(str(r.get("replica_id")), [])
+                        at = asked - float(age)
+                        if not series or at > series[-1][0]:
+                            series.append((at, count))
+                            if isinstance(r.get("running"), int):
+                                self._running.setdefault(str(r.get("replica_id")), []).append(
+                                    (at, r["running"])
+                                )
+                self._stop.wait(self._every_s)
+
+    def rate(self, start: float, end: float, wait_s: float = 5.0) -> float | None:
+        """Tokens the engines generated in [start, end) per second; None without samples around it
+        (a window that just ended waits up to `wait_s` for the reports that cover its end)."""
+        deadline = time.time() + wait_s
+        while True:
+            with self._lock:
+                series = [list(s) for s in self._samples.values()]
+            covered = bool(series) and all(s and s[-1][0] >= end for s in series)
+            if covered or time.time() >= deadline or self._stop.is_set():
+                break
+            time.sleep(0.2)
+        total = 0.0
+        if not series:
+            return None
+        for s in series:
+            a, b = _at(s, start), _at(s, end)
+            if a is None or b is None:
+                return None
+            total += b - a
+        return total / (end - start)
+
+    def running(self, start: float, end: float) -> float | None:
+        """Mean running requests the replicas reported in [start, end], summed over replicas."""
+        with self._lock:
+            series = [[n for t, n in s if start <= t <= end] for s in self._running.values()]
+        means = [sum(s) / len(s) for s in series if s]
+        return sum(means) if means else None
+
+    def queued(self, start: float, end: float) -> float | None:
+        """None: the replicas report no queue (`LogReferee` reads it from the engine's log)."""
+        return None
+
+    def prompt_tokens(self, start: float, end: float) -> float | None:
+        """None: the replicas report no prompt counts (LogReferee reads them from SGLang's log)."""
+        return None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+
+
+def _at(series: list[tuple[float, int]], t: float) -> float | None:
+    """The count at time t, linear between the samples around it (None outside them)."""
+    for (t0, c0), (t1, c1) in zip(series, series[1:], strict=False):
+        if t0 <= t <= t1:
+            return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else float(c1)
+    return None

@@ -1,0 +1,77 @@
+"""loadtests.bench.engine_arrivals end to end on CPU, as it runs on the GPU host: SGLang's plain engine
+and the specflip engine (ON, OFF warm_kv, OFF warm_kv with upstream's draft prefill, OFF cold) built from a specflip config, closed-loop users
+sending the same requests to each. Asserts the accounting and the correctness contract (every
+output token-identical to the plain engine's in fp32), not speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadtests.bench.engine_arrivals import WARMUP_TOKENS
+from loadtests.bench.inprocess import make_requests
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_requests_are_the_same_for_every_engine_and_span_the_output_range() -> None:
+    a = make_requests(4, 3, input_len=16, output_len=20, spread=0.5, vocab=1000)
+    assert a == make_requests(4, 3, input_len=16, output_len=20, spread=0.5, vocab=1000)
+    assert len(a) == 12 and all(len(ids) == 16 and min(ids) >= 10 and max(ids) < 1000 for ids, _ in a)
+    assert all(10 <= n <= 30 for _, n in a) and len({n for _, n in a}) > 1
+    assert make_requests(8, 3, 16, 20, 0.5, 1000) != a  # another level, other requests
+
+
+def test_engine_arrivals_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path, model_pair) -> None:  # noqa: ANN001
+    out = tmp_path / "out"
+    argv = [
+        sys.executable, "-m", "loadtests.bench.engine_arrivals", "--config", str(tiny_config), "--concurrency", "2,3",
+        "--requests-per-user", "2", "--input-len", "12", "--output-len", "10", "--settle", "0", "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    assert set(data["runs"]) == {"plain", "on", "off_warm_kv", "off_draft_prefill", "off_cold"}
+    for c in (2, 3):
+        asked = sum(n for _, n in make_requests(c, 2, 12, 10, 0.5, _vocab(model_pair.target)))
+        for variant, by_c in data["runs"].items():
+            r = by_c[str(c)]
+            assert r["requests"] == 2 * c and r["tokens"] == asked, (variant, c, r)  # ignore_eos: all of them
+            assert r["identical"] == r["requests"], (variant, c, r)  # greedy = plain's, token for token
+            assert r["tok_s"] > 0 and r["seconds"] > 0
+            # the steady window: from the start until the last request was sent, the tokens streamed in it
+            assert 0 < r["steady_s"] < r["seconds"] and r["steady_tok_s"] > 0, (variant, c, r)
+            assert r["steady_tok_s"] * r["steady_s"] < r["tokens"], (variant, c, r)
+            assert 0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"], (variant, c, r)  # of the requests sent in it
+            if variant != "plain":
+                assert r["enabled"] is (variant == "on"), (variant, r)
+                # the engine's own count: every returned token but the first of each request (prefill
+                # makes it), plus the warm-up's (c requests of WARMUP_TOKENS, all but the first by decode steps)
+                decoded = r["tokens"] - r["requests"] + (WARMUP_TOKENS - 1) * c
+                if variant == "on":
+                    assert r["engine_tokens"] >= decoded, (variant, r)  # a last verify may overshoot
+                else:
+                    assert r["engine_tokens"] == decoded, (variant, r)
+                strategy = {"on": "warm_kv", "off_draft_prefill": "warm_kv"}.get(
+                    variant, variant.removeprefix("off_")
+                )
+                assert r["strategy"] == strategy, (variant, r)
+                # every prefill of an OFF level skips the draft forward, but under off_draft_prefill
+                assert (r["off_prefills"] > 0) is (variant in ("off_warm_kv", "off_cold")), (variant, r)
+                assert r["decode_batch"] > 0 and r["decode_step_ms"] > 0, (variant, r)
+    report = (out / "report.md").read_text()
+    assert "| c | plain | on | off_warm_kv | off_draft_prefill | off_cold |" in report
+    assert "; step " in report and " ms at batch " in report
+    assert "identical 6/6" in report and "| 3 |" in report and "x steady" in report
+
+
+def _vocab(path: str) -> int:
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(path).vocab_size)
