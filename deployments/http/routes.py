@@ -19,8 +19,9 @@ from typing import Any
 
 from deployments.http.control import OverrideRequest
 from deployments.http.errors import ErrorResponse
+from deployments.http.json_schema import json_schema
 from deployments.http.openai_request import CHAT_REQUEST, COMPLETION_REQUEST
-from deployments.http.schema import Context, json_schema
+from deployments.http.schema import Context
 from deployments.ray_compat import DEFAULT_ENDPOINTS, ChatCompletionResponse, CompletionResponse
 
 __all__ = ["ENDPOINTS", "NOT_SERVED", "install_openapi"]

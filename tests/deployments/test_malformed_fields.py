@@ -26,9 +26,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from deployments.http.body import Problem, check_body
+from deployments.http.json_schema import json_schema
 from deployments.http.limits import ModelLimits
 from deployments.http.routes import REQUEST_BODIES
-from deployments.http.schema import Context, json_schema
+from deployments.http.schema import Context
 
 USER = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {"name": "f"}}]

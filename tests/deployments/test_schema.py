@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from deployments.http.json_schema import json_schema
 from deployments.http.schema import (
     Array,
     Boolean,
@@ -23,7 +24,6 @@ from deployments.http.schema import (
     Served,
     Text,
     conform,
-    json_schema,
 )
 
 PART = Object({"type": Prop(Text(enum=("text",)), required=True), "text": Prop(Text(), required=True)})
