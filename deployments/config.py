@@ -222,10 +222,20 @@ class ServeSettings(_Frozen):
         default=50.0,
         ge=0,
         le=1000,
-        description="Streams: after the first chunk, a replica sends at most one packet per this many "
-        "ms with every token generated meanwhile (fewer HTTP writes from the replica's one Python "
-        "process, which also runs the engine's tokenizer manager; Ray Serve LLM's default is 50); 0 "
-        "sends every chunk alone.",
+        description="Streams, while the replica's event loop is behind (stream_batching_lag_ms): at "
+        "most one packet per this many ms with every token generated meanwhile (fewer HTTP writes "
+        "from the replica's one Python process, which also runs the engine's tokenizer manager; Ray "
+        "Serve LLM's default is 50). The first and the last packet go at once; 0 sends every chunk "
+        "alone at every load.",
+    )
+    stream_batching_lag_ms: float = Field(
+        default=5.0,
+        ge=0,
+        le=1000,
+        description="Streams: each token leaves as soon as it is made, as SGLang's own server sends "
+        "it, while the replica's event loop runs at most this far behind (how late a 10-ms timer "
+        "fires, averaged); above it, packets are coalesced per stream_batching_interval_ms. 0 "
+        "coalesces at every load.",
     )
     request_report: bool = Field(
         default=True,
