@@ -20,7 +20,9 @@ from policy.types import PolicyConfig, PolicySettings, Rule
 __all__ = [
     "ConfigError",
     "DIRECT_STREAMING_ENV",
+    "FORWARD_BODY",
     "POLICY_NAMESPACE",
+    "required_env",
     "serve_env",
     "Device",
     "EngineSettings",
@@ -192,17 +194,20 @@ class ReplicaSettings(_Frozen):
 
 
 # What the app needs in the environment of every Ray process (Serve reads it at import): Serve's
-# direct streaming with HAProxy in front of the replicas' own HTTP servers, the request body
-# forwarded to the ingress request router (class routing by body fields, prefix affinity), and the
-# class header forwarded to it as Serve's session id. (Ray Serve's throughput settings go to the
-# replicas alone: deployments.app.REPLICA_ENV.)
+# direct streaming with HAProxy in front of the replicas' own HTTP servers, and the class header
+# forwarded to the ingress request router as Serve's session id. (Ray Serve's throughput settings
+# go to the replicas alone: deployments.app.REPLICA_ENV.)
 DIRECT_STREAMING_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
     "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
-    "RAY_SERVE_INGRESS_REQUEST_ROUTER_FORWARD_BODY": "1",
     # the one request header HAProxy forwards to the request router: the class header (routing.class_header)
     "RAY_SERVE_SESSION_ID_HEADER_KEY": "x-specflip-class",
 }
+# With routing.class_routing only: HAProxy waits for each POST's body and forwards it to the ingress
+# request router, which parses it (the class from body fields, prefix affinity from the prompt).
+# Ray leaves it off by default because buffering the body adds to the time to first token; the
+# default router (deployments.routing.power_of_two, by load) needs no body.
+FORWARD_BODY = "RAY_SERVE_INGRESS_REQUEST_ROUTER_FORWARD_BODY"
 
 
 class ServeSettings(_Frozen):
@@ -320,9 +325,18 @@ class ServeSettings(_Frozen):
 POLICY_NAMESPACE = "serve"
 
 
+def required_env(config: SpecFlipConfig) -> dict[str, str]:
+    """What an app built from `config` cannot run without, in every Ray process and the one
+    building it: DIRECT_STREAMING_ENV with the config's class header, and the body forwarded to
+    the request router when class routing is on (without it, it would route on no body)."""
+    env = {**DIRECT_STREAMING_ENV, "RAY_SERVE_SESSION_ID_HEADER_KEY": config.routing.class_header}
+    return {**env, FORWARD_BODY: "1"} if config.class_routing else env
+
+
 def serve_env(config: SpecFlipConfig) -> dict[str, str]:
-    """DIRECT_STREAMING_ENV with this config's class header as the header HAProxy forwards."""
-    return {**DIRECT_STREAMING_ENV, "RAY_SERVE_SESSION_ID_HEADER_KEY": config.routing.class_header}
+    """What `specflip serve` sets before it starts Ray: `required_env`, and the forwarding switched
+    off ("0") without class routing, so a forwarding exported for another app costs this one nothing."""
+    return {FORWARD_BODY: "0", **required_env(config)}
 
 
 class SpecFlipConfig(_Frozen):

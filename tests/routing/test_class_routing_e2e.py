@@ -10,6 +10,7 @@ Its own app and Ray: it lives outside tests/deployments, whose package-wide app 
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -46,6 +47,13 @@ def app(model_pair: Any) -> Iterator[LocalApp]:
         config, host="127.0.0.1", port=free_port(), num_cpus=4, worker_pythonpath=str(ROOT)
     ) as local:
         yield local
+
+
+def test_haproxy_waits_for_the_body_and_forwards_it_to_the_router(app: LocalApp) -> None:
+    """Class routing reads the body (service_tier, max_tokens, the prompt for affinity): `specflip
+    serve` switches the forwarding on for this config only (deployments.config.serve_env)."""
+    haproxy = Path(os.environ["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"]).read_text()
+    assert "http-request wait-for-body" in haproxy
 
 
 def _modes(app: LocalApp) -> dict[str, str]:
