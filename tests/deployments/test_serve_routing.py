@@ -5,15 +5,13 @@ long one (issue 31, finding 6: with Ray's round robin every other small request 
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from deployments.local import LocalApp, wait_until
-from tests.deployments.conftest import MODEL
+from tests.deployments.conftest import MODEL, haproxy_config
 
 pytestmark = pytest.mark.serve
 TEXT = "/v1/completions"
@@ -28,10 +26,10 @@ def _running(app: LocalApp, replica: str) -> int:
 
 def test_haproxy_asks_the_router_without_waiting_for_the_body(app: LocalApp) -> None:
     """Class routing off: the body is not forwarded (RAY_SERVE_INGRESS_REQUEST_ROUTER_FORWARD_BODY
-    unset by `specflip serve`), so HAProxy calls the router as soon as the headers are in, rather
+    0 from `specflip serve`), so HAProxy calls the router as soon as the headers are in, rather
     than buffering every POST's body first; the default router needs none (the test below)."""
     assert not app.config.class_routing
-    haproxy = Path(os.environ["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"]).read_text()
+    haproxy = haproxy_config()
     assert "lua.route_via_ingress_request_router" in haproxy  # the router still picks the replica
     assert "wait-for-body" not in haproxy
 

@@ -10,7 +10,6 @@ Its own app and Ray: it lives outside tests/deployments, whose package-wide app 
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from deployments.defaults import cpu_demo_config
 from deployments.local import LocalApp, run_local, wait_until
 from loadtests.config import LoadConfig
 from loadtests.locust_run import run_locust
-from tests.deployments.conftest import MODEL, TOKEN, free_port
+from tests.deployments.conftest import MODEL, TOKEN, free_port, haproxy_config
 from tests.prom import total
 
 pytestmark = pytest.mark.serve
@@ -52,7 +51,7 @@ def app(model_pair: Any) -> Iterator[LocalApp]:
 def test_haproxy_waits_for_the_body_and_forwards_it_to_the_router(app: LocalApp) -> None:
     """Class routing reads the body (service_tier, max_tokens, the prompt for affinity): `specflip
     serve` switches the forwarding on for this config only (deployments.config.serve_env)."""
-    haproxy = Path(os.environ["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"]).read_text()
+    haproxy = haproxy_config()
     assert "http-request wait-for-body" in haproxy
 
 
