@@ -21,9 +21,8 @@ SSE streaming, tokenize and `/v1/models` are inherited; on top:
   id, usage summed over a completions request's prompts);
 - `usage.specflip` on responses and usage chunks: the modes, accept length and flip of the request
   (deployments.http.request_report; `serve.request_report`), counted in the replica's metrics;
-- streamed tokens sent as soon as they are made while the replica's event loop keeps up, coalesced
-  per `serve.stream_batching_interval_ms` once it runs more than `serve.stream_batching_lag_ms` behind
-  (deployments.replica.coalesce);
+- stream chunks sent as they are made, per window only while the replica's loop runs behind
+  (deployments.replica.coalesce; `serve.stream_batching_interval_ms` / `stream_batching_lag_ms`);
 - engine input errors (e.g. prompt + max_tokens beyond the context, a grammar that does not
   compile) and chat templates refusing the messages become 400s, not 500s.
 """
@@ -388,17 +387,14 @@ class SpecFlipServer(SGLangServer):
             self._interactive -= interactive
 
     async def _coalesced(self, request: Any, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
-        """Streams: lists of SSE chunks, each at once while the loop keeps up, else one per window
-        (the HTTP handlers join a list into one write); non-streamed answers as they are."""
+        """Streams: lists of SSE chunks, at once or per window (coalesce; the handlers join a list into one write)."""
         serve = self.config.serve
-        window_s = serve.stream_batching_interval_ms / 1e3
-        if not getattr(request, "stream", False) or window_s <= 0:
+        if not getattr(request, "stream", False) or serve.stream_batching_interval_ms <= 0:
             async for item in items:
                 yield item
             return
-        async for batch in coalesce(
-            items, window_s, behind_s=serve.stream_batching_lag_ms / 1e3, lag=self._loop_lag
-        ):
+        window_s, lag_s = serve.stream_batching_interval_ms / 1e3, serve.stream_batching_lag_ms / 1e3
+        async for batch in coalesce(items, window_s, behind_s=lag_s, lag=self._loop_lag):
             yield batch
 
     def _flips(self) -> int:
