@@ -19,12 +19,13 @@ from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig
 
 from deployments.config import (
+    FORWARD_BODY,
     POLICY_NAMESPACE,
     ConfigError,
     Device,
     SpecFlipConfig,
     load_config,
-    serve_env,
+    required_env,
 )
 from deployments.ray_compat import direct_streaming_app
 from deployments.replica.engine import EngineFactory, build_specflip_engine
@@ -126,11 +127,15 @@ def assemble(config: SpecFlipConfig, *, engine_factory: EngineFactory = build_sp
 
 def _require_direct_streaming_env(config: SpecFlipConfig) -> None:
     """The app needs Serve's HAProxy (direct streaming), switched on in the environment of every Ray
-    process before Ray starts: say so in one line instead of Serve's error at deploy time."""
-    missing = [f"{k}={v}" for k, v in serve_env(config).items() if os.environ.get(k) != v]
+    process before Ray starts, and with class routing the body forwarded to the request router: say
+    so in one line instead of Serve's error at deploy time (or a class router that sees no body)."""
+    missing = [f"{k}={v}" for k, v in required_env(config).items() if os.environ.get(k) != v]
     if missing:
+        why = (
+            " (routing.class_routing routes on the request body)" if missing == [f"{FORWARD_BODY}=1"] else ""
+        )
         raise ConfigError(
-            f"specflip needs {' '.join(missing)} in the environment of Ray's processes and of the "
+            f"specflip needs {' '.join(missing)}{why} in the environment of Ray's processes and of the "
             "process building the app: export it before `ray start` / `serve run` (`specflip serve` "
             "sets it; a KubeRay RayService sets it in its containers' env, k8s/rayservice.yaml)"
         )

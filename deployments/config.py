@@ -20,7 +20,9 @@ from policy.types import PolicyConfig, PolicySettings, Rule
 __all__ = [
     "ConfigError",
     "DIRECT_STREAMING_ENV",
+    "FORWARD_BODY",
     "POLICY_NAMESPACE",
+    "required_env",
     "serve_env",
     "Device",
     "EngineSettings",
@@ -192,17 +194,20 @@ class ReplicaSettings(_Frozen):
 
 
 # What the app needs in the environment of every Ray process (Serve reads it at import): Serve's
-# direct streaming with HAProxy in front of the replicas' own HTTP servers, the request body
-# forwarded to the ingress request router (class routing by body fields, prefix affinity), and the
-# class header forwarded to it as Serve's session id. (Ray Serve's throughput settings go to the
-# replicas alone: deployments.app.REPLICA_ENV.)
+# direct streaming with HAProxy in front of the replicas' own HTTP servers, and the class header
+# forwarded to the ingress request router as Serve's session id. (Ray Serve's throughput settings
+# go to the replicas alone: deployments.app.REPLICA_ENV.)
 DIRECT_STREAMING_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
     "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
-    "RAY_SERVE_INGRESS_REQUEST_ROUTER_FORWARD_BODY": "1",
     # the one request header HAProxy forwards to the request router: the class header (routing.class_header)
     "RAY_SERVE_SESSION_ID_HEADER_KEY": "x-specflip-class",
 }
+# With routing.class_routing only: HAProxy waits for each POST's body and forwards it to the ingress
+# request router, which parses it (the class from body fields, prefix affinity from the prompt).
+# Ray leaves it off by default because buffering the body adds to the time to first token; the
+# default router (deployments.routing.power_of_two, by load) needs no body.
+FORWARD_BODY = "RAY_SERVE_INGRESS_REQUEST_ROUTER_FORWARD_BODY"
 
 
 class ServeSettings(_Frozen):
@@ -222,10 +227,20 @@ class ServeSettings(_Frozen):
         default=50.0,
         ge=0,
         le=1000,
-        description="Streams: after the first chunk, a replica sends at most one packet per this many "
-        "ms with every token generated meanwhile (fewer HTTP writes from the replica's one Python "
-        "process, which also runs the engine's tokenizer manager; Ray Serve LLM's default is 50); 0 "
-        "sends every chunk alone.",
+        description="Streams, while the replica's event loop is behind (stream_batching_lag_ms): at "
+        "most one packet per this many ms with every token generated meanwhile (fewer HTTP writes "
+        "from the replica's one Python process, which also runs the engine's tokenizer manager; Ray "
+        "Serve LLM's default is 50). The first and the last packet go at once; 0 sends every chunk "
+        "alone at every load.",
+    )
+    stream_batching_lag_ms: float = Field(
+        default=5.0,
+        ge=0,
+        le=1000,
+        description="Streams: each token leaves as soon as it is made, as SGLang's own server sends "
+        "it, while the replica's event loop runs at most this far behind (how late a 10-ms timer "
+        "fires, averaged); above it, packets are coalesced per stream_batching_interval_ms. 0 "
+        "coalesces at every load.",
     )
     request_report: bool = Field(
         default=True,
@@ -310,9 +325,18 @@ class ServeSettings(_Frozen):
 POLICY_NAMESPACE = "serve"
 
 
+def required_env(config: SpecFlipConfig) -> dict[str, str]:
+    """What an app built from `config` cannot run without, in every Ray process and the one
+    building it: DIRECT_STREAMING_ENV with the config's class header, and the body forwarded to
+    the request router when class routing is on (without it, it would route on no body)."""
+    env = {**DIRECT_STREAMING_ENV, "RAY_SERVE_SESSION_ID_HEADER_KEY": config.routing.class_header}
+    return {**env, FORWARD_BODY: "1"} if config.class_routing else env
+
+
 def serve_env(config: SpecFlipConfig) -> dict[str, str]:
-    """DIRECT_STREAMING_ENV with this config's class header as the header HAProxy forwards."""
-    return {**DIRECT_STREAMING_ENV, "RAY_SERVE_SESSION_ID_HEADER_KEY": config.routing.class_header}
+    """What `specflip serve` sets before it starts Ray: `required_env`, and the forwarding switched
+    off ("0") without class routing, so a forwarding exported for another app costs this one nothing."""
+    return {FORWARD_BODY: "0", **required_env(config)}
 
 
 class SpecFlipConfig(_Frozen):

@@ -21,8 +21,8 @@ SSE streaming, tokenize and `/v1/models` are inherited; on top:
   id, usage summed over a completions request's prompts);
 - `usage.specflip` on responses and usage chunks: the modes, accept length and flip of the request
   (deployments.http.request_report; `serve.request_report`), counted in the replica's metrics;
-- streams coalesced per `serve.stream_batching_interval_ms` (deployments.replica.coalesce): the first
-  chunk at once, then one packet per window;
+- stream chunks sent as they are made, per window only while the replica's loop runs behind
+  (deployments.replica.coalesce; `serve.stream_batching_interval_ms` / `stream_batching_lag_ms`);
 - engine input errors (e.g. prompt + max_tokens beyond the context, a grammar that does not
   compile) and chat templates refusing the messages become 400s, not 500s.
 """
@@ -50,7 +50,7 @@ from deployments.ray_compat import (
     SGLangServer,
     init_sglang_server_without_engine,
 )
-from deployments.replica.coalesce import coalesce
+from deployments.replica.coalesce import LoopLag, coalesce
 from deployments.replica.engine import EngineFactory, ReplicaEngine, build_specflip_engine
 from deployments.replica.envelope import ReplicaEdge, request_rids
 from deployments.replica.loop import SpeculationLoop
@@ -100,6 +100,7 @@ class SpecFlipServer(SGLangServer):
         # SGLangServer.__init__ would build RayEngine: set what its methods use instead (ray_compat)
         init_sglang_server_without_engine(self, llm_config)
         self._tallies: dict[int, Tally] = {}  # by id(request): counts and modes of requests in flight
+        self._loop_lag = LoopLag()  # how far behind this replica's event loop runs, while it streams
         self.config = config
         self._limits = limits_for(config)
         self.replica_id = replica_id()
@@ -386,13 +387,14 @@ class SpecFlipServer(SGLangServer):
             self._interactive -= interactive
 
     async def _coalesced(self, request: Any, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
-        """Streams: lists of SSE chunks, one list per window (the HTTP handlers join a list into one write); else as is."""
-        window_s = self.config.serve.stream_batching_interval_ms / 1e3
-        if not getattr(request, "stream", False) or window_s <= 0:
+        """Streams: lists of SSE chunks, at once or per window (coalesce; the handlers join a list into one write)."""
+        serve = self.config.serve
+        if not getattr(request, "stream", False) or serve.stream_batching_interval_ms <= 0:
             async for item in items:
                 yield item
             return
-        async for batch in coalesce(items, window_s):
+        window_s, lag_s = serve.stream_batching_interval_ms / 1e3, serve.stream_batching_lag_ms / 1e3
+        async for batch in coalesce(items, window_s, behind_s=lag_s, lag=self._loop_lag):
             yield batch
 
     def _flips(self) -> int:

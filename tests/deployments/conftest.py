@@ -7,6 +7,7 @@ parts of an app start their own (tests/faults/)."""
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def haproxy_config() -> str:
+    """The HAProxy config Serve wrote for the running local app (one node: `<dir>/<node id>/haproxy.cfg`
+    under the folder `deployments.local` picked for this process)."""
+    folder = Path(os.environ["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"]).parent
+    (path,) = folder.glob("*/haproxy.cfg")
+    return path.read_text()
 
 
 @pytest.fixture(scope="package")

@@ -13,8 +13,16 @@ from ray.serve._private.utils import import_attr
 from ray.serve.schema import ServeDeploySchema
 
 import deployments.app as app_module
-from deployments.app import CPU_ENV, REPLICA_ENV, assemble, build_app, config_from_args
-from deployments.config import ConfigError, SpecFlipConfig
+from deployments.app import (
+    CPU_ENV,
+    LOAD_ROUTER_CLASS,
+    REPLICA_ENV,
+    ROUTER_CLASS,
+    assemble,
+    build_app,
+    config_from_args,
+)
+from deployments.config import FORWARD_BODY, ConfigError, SpecFlipConfig, required_env, serve_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "deployments" / "examples"
@@ -110,6 +118,57 @@ def test_an_app_built_without_serves_haproxy_switched_on_says_how_in_one_line(
         ConfigError, match="RAY_SERVE_ENABLE_HA_PROXY=1 in the environment of Ray's processes"
     ):
         build_app(GPU_ARGS)
+
+
+def _router_class(server: Any) -> str:
+    return str(server._deployment_config.request_router_config.request_router_class)  # noqa: SLF001
+
+
+@pytest.mark.parametrize("forward", [None, "0", "1"], ids=["unset", "off", "on"])
+def test_without_class_routing_the_app_builds_whether_the_body_is_forwarded_or_not(
+    forward: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default router (power of two by load) reads no body: the app needs no forwarding, and
+    one exported for another app does no harm (it only costs HAProxy's wait for the body)."""
+    if forward is None:
+        monkeypatch.delenv(FORWARD_BODY, raising=False)
+    else:
+        monkeypatch.setenv(FORWARD_BODY, forward)
+    _, server = _graph(build_app(GPU_ARGS))
+    assert _router_class(server) == LOAD_ROUTER_CLASS
+
+
+def test_class_routing_without_the_body_forwarded_is_refused_in_one_line_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    args = {**GPU_ARGS, "routing": {"class_routing": True}}
+    for forward in (None, "0"):
+        if forward is None:
+            monkeypatch.delenv(FORWARD_BODY, raising=False)
+        else:
+            monkeypatch.setenv(FORWARD_BODY, forward)
+        with pytest.raises(ConfigError) as refused:
+            build_app(args)
+        assert str(refused.value).startswith(
+            "specflip needs RAY_SERVE_INGRESS_REQUEST_ROUTER_FORWARD_BODY=1 (routing.class_routing routes "
+            "on the request body) in the environment of Ray's processes"
+        ) and "\n" not in str(refused.value)
+    monkeypatch.setenv(FORWARD_BODY, "1")
+    _, server = _graph(build_app(args))
+    assert _router_class(server) == ROUTER_CLASS
+
+
+def test_specflip_serve_forwards_the_body_to_the_router_only_with_class_routing() -> None:
+    """What `specflip serve` (deployments.local) exports before Ray starts: forwarding on with class
+    routing, and explicitly off without (not inherited from the shell), which the build check accepts."""
+    off = SpecFlipConfig.parse(GPU_ARGS)
+    on = SpecFlipConfig.parse({**GPU_ARGS, "routing": {"class_routing": True}})
+    assert not off.class_routing and on.class_routing
+    assert serve_env(off)[FORWARD_BODY] == "0" and FORWARD_BODY not in required_env(off)
+    assert serve_env(on)[FORWARD_BODY] == "1" == required_env(on)[FORWARD_BODY]
+    # without a draft nothing speculates, so class routing stays off whatever the routing section says
+    plain = SpecFlipConfig.parse({"model": {"path": "/m/target"}, "routing": {"class_routing": True}})
+    assert not plain.class_routing and serve_env(plain)[FORWARD_BODY] == "0"
 
 
 def test_the_removed_data_path_setting_is_refused_with_the_reason() -> None:

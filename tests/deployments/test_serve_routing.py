@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from deployments.local import LocalApp, wait_until
-from tests.deployments.conftest import MODEL
+from tests.deployments.conftest import MODEL, haproxy_config
 
 pytestmark = pytest.mark.serve
 TEXT = "/v1/completions"
@@ -22,6 +22,16 @@ def _running(app: LocalApp, replica: str) -> int:
         if r.get("replica_id") == replica:
             return int(r.get("running") or 0) + int(r.get("waiting") or 0)
     return 0
+
+
+def test_haproxy_asks_the_router_without_waiting_for_the_body(app: LocalApp) -> None:
+    """Class routing off: the body is not forwarded (RAY_SERVE_INGRESS_REQUEST_ROUTER_FORWARD_BODY
+    0 from `specflip serve`), so HAProxy calls the router as soon as the headers are in, rather
+    than buffering every POST's body first; the default router needs none (the test below)."""
+    assert not app.config.class_routing
+    haproxy = haproxy_config()
+    assert "lua.route_via_ingress_request_router" in haproxy  # the router still picks the replica
+    assert "wait-for-body" not in haproxy
 
 
 def test_small_requests_go_to_the_idle_replica_while_the_other_runs_a_long_one(app: LocalApp) -> None:

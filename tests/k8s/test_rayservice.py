@@ -139,13 +139,19 @@ def test_control_token_comes_from_the_secret_on_every_ray_container() -> None:
 
 
 def test_every_ray_container_switches_serves_direct_streaming_on() -> None:
-    """Serve reads these at import in every Ray process: without them the app refuses to build."""
-    from deployments.config import DIRECT_STREAMING_ENV
+    """Serve reads these at import in every Ray process: without them the app refuses to build. The
+    body goes to the request router only where class routing reads it (here off: HAProxy then
+    routes without waiting for the body)."""
+    from deployments.app import config_from_args
+    from deployments.config import FORWARD_BODY, required_env
 
+    needed = required_env(config_from_args(app_args(rayservice())))
+    assert FORWARD_BODY not in needed  # the manifest's app routes by load, not by class
     for template in _templates(rayservice()):
         (c,) = template["spec"]["containers"]
         env = _env(c)
-        assert {k: env.get(k, {}).get("value") for k in DIRECT_STREAMING_ENV} == DIRECT_STREAMING_ENV
+        assert {k: env.get(k, {}).get("value") for k in needed} == needed
+        assert FORWARD_BODY not in env
 
 
 def test_worker_probes_catch_a_stuck_replica() -> None:

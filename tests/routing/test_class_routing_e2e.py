@@ -23,7 +23,7 @@ from deployments.defaults import cpu_demo_config
 from deployments.local import LocalApp, run_local, wait_until
 from loadtests.locust.config import LoadConfig
 from loadtests.locust.run import run_locust
-from tests.deployments.conftest import MODEL, TOKEN, free_port
+from tests.deployments.conftest import MODEL, TOKEN, free_port, haproxy_config
 from tests.prom import total
 
 pytestmark = pytest.mark.serve
@@ -46,6 +46,13 @@ def app(model_pair: Any) -> Iterator[LocalApp]:
         config, host="127.0.0.1", port=free_port(), num_cpus=4, worker_pythonpath=str(ROOT)
     ) as local:
         yield local
+
+
+def test_haproxy_waits_for_the_body_and_forwards_it_to_the_router(app: LocalApp) -> None:
+    """Class routing reads the body (service_tier, max_tokens, the prompt for affinity): `specflip
+    serve` switches the forwarding on for this config only (deployments.config.serve_env)."""
+    haproxy = haproxy_config()
+    assert "http-request wait-for-body" in haproxy
 
 
 def _modes(app: LocalApp) -> dict[str, str]:
