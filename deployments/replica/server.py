@@ -52,12 +52,13 @@ from deployments.ray_compat import (
 )
 from deployments.replica.coalesce import LoopLag, coalesce
 from deployments.replica.engine import EngineFactory, ReplicaEngine, build_specflip_engine
+from deployments.replica.engine_errors import EngineInputError, engine_refusal
 from deployments.replica.envelope import ReplicaEdge, request_rids
 from deployments.replica.loop import SpeculationLoop
 from deployments.replica.prompts import is_token_ids, tokenize_off_loop
 from deployments.replica.warmup import warm_up
 
-__all__ = ["EngineInputError", "SpecFlipServer", "replica_id"]
+__all__ = ["SpecFlipServer", "replica_id"]
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +288,7 @@ class SpecFlipServer(SGLangServer):
             async for chunk in stream:
                 text, meta = chunk.get("text", ""), chunk.get("meta_info", {}) or {}
                 finish = meta.get("finish_reason")
-                refusal = None if previous else _refusal(finish)
+                refusal = None if previous else engine_refusal(finish)
                 if refusal is not None:  # e.g. a grammar that does not compile
                     raise self._bad_request(ValueError(refusal), request) from None
                 delta, previous = text[len(previous) :], text
@@ -441,25 +442,7 @@ class SpecFlipServer(SGLangServer):
         yield f"data: {json.dumps(chunk)}\n\n"
 
 
-class EngineInputError(ValueError):
-    """SGLang refused a request's input; the handlers answer 400 (`status_code`) with the message
-    and `param`, the request field at fault (None where SGLang's message names none)."""
-
-    status_code = 400
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
 def _count(report: Any) -> None:
     from deployments.http.metrics import ingress_metrics
 
     ingress_metrics().observe_report(report)
-
-
-def _refusal(finish: Any) -> str | None:
-    """The message of SGLang's finish_reason for a request it refused (an abort with status 400)."""
-    if isinstance(finish, dict) and finish.get("type") == "abort" and finish.get("status_code") == 400:
-        return str(finish.get("message") or "request refused by the engine")
-    return None
