@@ -164,13 +164,14 @@ def test_the_prefix_holders_of_requests_never_routed_are_dropped_oldest_first() 
 
 def test_a_routed_request_is_classified_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """choose_replicas (Ray's ingress router path) ranks and records with one reading of the class."""
-    import deployments.routing.router as router_module
-
     router, replica_id = standalone_request_router(SpecFlipRouter)
     fleet = _fleet(replica_id, [SpecMode.ON, SpecMode.OFF], [0, 0])
     calls: list[str] = []
-    real = router_module.classify
-    monkeypatch.setattr(router_module, "classify", lambda *a: calls.append("classify") or real(*a))
+    # the globals the router's code runs with (an app build earlier in the session can leave another
+    # copy of its module in sys.modules: patch where the class looks, not where an import finds)
+    module_globals = SpecFlipRouter.rank_candidates.__globals__
+    real = module_globals["classify"]
+    monkeypatch.setitem(module_globals, "classify", lambda *a: calls.append("classify") or real(*a))
 
     async def run() -> None:
         router.update_replicas(fleet)  # type: ignore[arg-type]
