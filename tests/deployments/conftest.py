@@ -31,9 +31,10 @@ def free_port() -> int:
 
 def haproxy_config() -> str:
     """The HAProxy config Serve wrote for the running local app (one node: `<dir>/<node id>/haproxy.cfg`
-    under the folder `deployments.local` picked for this process)."""
+    under the folder `deployments.local` picked for this process; an app started earlier in the
+    session left its own node's file there too: the newest is the running app's)."""
     folder = Path(os.environ["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"]).parent
-    (path,) = folder.glob("*/haproxy.cfg")
+    path = max(folder.glob("*/haproxy.cfg"), key=lambda p: p.stat().st_mtime)
     return path.read_text()
 
 
