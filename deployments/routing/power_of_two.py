@@ -2,8 +2,8 @@
 of two choices, ordered by the load each replica publishes.
 
 Ray's direct-streaming builder pins Serve's `RoundRobinRouter` unless the deployment names a
-router: a small request then waits behind a minute-long one while another replica idles (issue
-31). Serve's own `PowerOfTwoChoicesRequestRouter` is no fix by itself on this path: HAProxy asks
+router: a small request then waits behind a minute-long one while another replica idles.
+Serve's own `PowerOfTwoChoicesRequestRouter` is no fix by itself on this path: HAProxy asks
 Ray's ingress request router (`LLMRouter`), which picks through `handle.choose_replica(...,
 _reserve=False)`, and that takes the first replica of the first rank the router returns, with no
 queue-length probe; Serve's power of two would be a random pick there. So this router keeps Ray's

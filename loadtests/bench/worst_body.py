@@ -4,7 +4,7 @@
 
 The body: `/v1/completions` with `prompt` = 64 x `"a " * 32500` (4.16 MB of text: within
 `serve.max_prompts` 64, `serve.max_input_bytes` 4 MiB and the per-prompt size bound, yet 32,501
-tokens a prompt against a context of 2,048). Issue 31 found a replica tokenizing all 2.1 M tokens
+tokens a prompt against a context of 2,048). Before the bounded tokenization a replica tokenized all 2.1 M tokens
 of it before refusing it: 2 s alone, 20-75 s several at once, state probes and health checks
 missed, and Serve restarting replicas under 16 at once.
 
@@ -39,7 +39,7 @@ __all__ = ["main", "worst_body"]
 
 _REPLICA_TITLE = "ray::ServeReplica:specflip:SpecFlipServer"
 _BEFORE = (
-    "before (issue 31, the same body on main of 2026-12-03, tokenized whole before the engine refused it): "
+    "before (the same body on 2512a81, tokenized whole before the engine refused it): "
     "2 s alone, 20-75 s several at once, state probes missed; 16 at once: Serve restarted 3 replicas "
     "in ~5 min, 2 of 1,438 normal requests lost, others waited up to 40 s"
 )

@@ -147,7 +147,7 @@ def test_token_id_prompts_are_served_like_the_text_they_encode(app: LocalApp) ->
         ({"response_format": 5}, "response_format"),
         ({"response_format": "json"}, "response_format"),
         ({"response_format": []}, "response_format"),
-        # an object or a list where a tag belongs was a 500 ("unhashable type"): issue 31
+        # an object or a list where a tag belongs was a 500 ("unhashable type")
         ({"tool_choice": {"type": {}}}, "tool_choice.type"),
         ({"response_format": {"type": []}}, "response_format.type"),
         (
@@ -167,7 +167,7 @@ def test_wrongly_typed_fields_are_a_400_naming_them(app: LocalApp, extra: dict[s
 
 
 def test_openais_newer_cache_hints_are_served_and_moderation_is_a_400_naming_it(app: LocalApp) -> None:
-    """OpenAI's spec of 2026-08-21 (issue 31): cache hints change no answer, so they are served;
+    """OpenAI's spec of 2026-08-21: cache hints change no answer, so they are served;
     moderation would, and none runs here."""
     part = {"type": "text", "text": "def add(a, b):", "prompt_cache_breakpoint": {"mode": "explicit"}}
     hints = {

@@ -2,7 +2,7 @@
 rounds; 2 s after each round no request of it is still running or waiting on any engine (each
 would otherwise generate to max_tokens for seconds), and every closed stream is counted as status
 499 (client closed), none as a 5xx. The same for requests that are not streamed: a client that
-stops waiting for one is a 499 too (issue 31: they counted as 500)."""
+stops waiting for one is a 499 too (they counted as 500)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Malformed values of any discriminator or enum field are a 4xx naming the field, never a 500
-(issue 31: `"tool_choice": {"type": {}}` was a 500, "unhashable type: 'dict'", and the same for
+(`"tool_choice": {"type": {}}` was a 500, "unhashable type: 'dict'", and the same for
 every tagged union: message roles, content part, tool, tool choice and response format types).
 
 Every field whose schema is a fixed set of values (an `enum` or a `const`: the tags that tell

@@ -53,7 +53,7 @@ FOUND: list[tuple[str, dict[str, Any]]] = [
         "/v1/chat/completions",
         {"model": MODEL, "messages": [{"role": "tool", "content": []}], "max_tokens": 1},
     ),
-    # Schemathesis's CLI (its coverage phase), issue 31: an object or a list for a tag
+    # Schemathesis's CLI (its coverage phase): an object or a list for a tag
     (
         "/v1/chat/completions",
         {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": {}}},

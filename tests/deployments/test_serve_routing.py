@@ -1,6 +1,6 @@
 """Routing with class routing off, on the real app (2 CPU replicas behind Serve's HAProxy and Ray's
 ingress request router): a small request goes to the idle replica while the other is busy with a
-long one (issue 31, finding 6: with Ray's round robin every other small request queued behind a
+long one (with Ray's round robin every other small request queued behind a
 60-s one). Unit tests of the router: tests/deployments/test_power_of_two.py."""
 
 from __future__ import annotations

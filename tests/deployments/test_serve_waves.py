@@ -1,4 +1,4 @@
-"""The real app under a benchmark client's lockstep waves (issue 30): a steady load above the
+"""The real app under a benchmark client's lockstep waves: a steady load above the
 policy's `high` whose gaps between waves drop each replica's load to 0 for a moment. The shipped
 defaults (the package's shared app: the CPU default policy with `persist_s` and `on_persist_s` at
 their field defaults; its dwell_s 1 s only makes flapping easier) turn every replica OFF at the

@@ -1,7 +1,7 @@
 """What `specflip serve` prints, start to Ctrl-C, on the real app (1 CPU replica of the tiny pair):
 its own progress lines, and none of Ray's option dump (a 20-line dict per deployment) nor the
 yellow "ServeController.graceful_shutdown failed ... killed by ray.kill" that Serve's own
-shutdown made Ray print at every clean stop (issue 31). Ctrl-C as a terminal sends it: SIGINT to
+shutdown made Ray print at every clean stop. Ctrl-C as a terminal sends it: SIGINT to
 the whole process group."""
 
 from __future__ import annotations

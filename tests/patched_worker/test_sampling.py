@@ -183,7 +183,7 @@ def test_greedy_requests_batched_with_sampled_ones_match_plain(engines, model_pa
 
 
 def test_what_a_seed_reproduces_across_the_prefix_cache_history(engines):
-    """README "Limits" (issue 31, finding 3), pinned: greedy output is the same whichever mode first
+    """README "Limits", pinned: greedy output is the same whichever mode first
     cached the prompt; a seeded sampled request reproduces in ON whenever its prompt was first
     served ON. (Not promised, so not asserted: the first ON request for a prompt the replica
     cached while OFF may draw another, equally distributed, sample than the later ones.)"""

@@ -1,4 +1,4 @@
-"""A benchmark client's lockstep waves at a steady load (issue 30): with every wish acted on at
+"""A benchmark client's lockstep waves at a steady load: with every wish acted on at
 once (`on_persist_s` 0) a tick landing in the gap between two waves turns speculation ON and the
 dynamic rules flap, losing throughput to the static mode they should equal; with the defaults
 they flip once, to the load's mode, and stay there. One replica, 2 simulated minutes per level."""
