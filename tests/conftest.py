@@ -26,6 +26,19 @@ def model_pair():
     return build_pair(MODELS_DIR, log=lambda line: print(line, flush=True))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test using the shared real app (tests/deployments' `app` fixture) is a serve test: it must
+    not land in CI's fast stage, which starts no app (one that did, unmarked, made that stage
+    slow and load-sensitive)."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "app" in getattr(item, "fixturenames", ()) and item.get_closest_marker("serve") is None
+    ]
+    if unmarked:
+        pytest.exit(f"tests using the shared app without the serve marker: {unmarked}", returncode=4)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     from tests.reporting import LINES
 

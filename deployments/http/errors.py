@@ -100,6 +100,16 @@ def _replica_gone(err: BaseException) -> bool:
     return isinstance(err, RayActorError | ActorUnavailableError | BackPressureError)
 
 
+def client_gone(err: BaseException) -> bool:
+    """An error that says the client went away mid-request (not a fault of the server): Starlette's
+    disconnect, a socket error, or Ray's cancellation of the request's task, which Ray Serve's
+    `receive` raises once the client disconnected."""
+    from ray.exceptions import TaskCancelledError
+    from starlette.requests import ClientDisconnect
+
+    return isinstance(err, ClientDisconnect | OSError | TaskCancelledError)
+
+
 def fault_status(err: BaseException) -> tuple[int, str]:
     """(status, one-line message) of a server-side failure."""
     if _replica_gone(err):
@@ -149,6 +159,8 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _uncaught(request: Request, exc: Exception) -> JSONResponse:
+    if client_gone(exc):  # nobody to answer: no error logged (the request counter says 499)
+        return error_response(499, "client closed request")
     return fault_response(exc, request_id_of(request))
 
 

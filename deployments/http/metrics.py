@@ -32,6 +32,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from deployments.http.errors import client_gone
+
 if TYPE_CHECKING:
     from deployments.http.request_report import Report
 
@@ -225,7 +227,7 @@ class RequestCountMiddleware:
             await self.app(scope, receive_watched, send_counted)
         except BaseException as err:
             if not finished:
-                cut = gone or _client_gone(err)
+                cut = gone or client_gone(err)
                 if not cut and isinstance(err, asyncio.CancelledError):
                     cut = await _disconnected(receive)
                 metrics.requests.labels(endpoint, CLIENT_CLOSED if cut else "500").inc()
@@ -246,13 +248,6 @@ async def _disconnected(receive: Callable[[], Awaitable[Message]], wait_s: float
     except Exception:  # noqa: BLE001 - nothing came (a timeout), or the channel is closed: not known gone
         return False
     return bool(message.get("type") == "http.disconnect")
-
-
-def _client_gone(err: BaseException) -> bool:
-    """An error that says the client went away mid-response (not a fault of the server)."""
-    from starlette.requests import ClientDisconnect
-
-    return isinstance(err, ClientDisconnect | OSError)
 
 
 _CHOICE = ('"choices":[{', '"choices": [{')  # a chunk that carries a choice (tokens or finish)

@@ -10,11 +10,14 @@ import asyncio
 import time
 
 import httpx
+import pytest
 
 from deployments.local import LocalApp, wait_until
 from tests.deployments.conftest import MODEL
 from tests.prom import total
 from tests.reporting import report
+
+pytestmark = pytest.mark.serve
 
 STREAMS, ROUNDS, EVENTS = 50, 20, 3
 SETTLE_S = 2.0

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from deployments.http.errors import _field_path, fault_status, safe_stream
+from deployments.http.errors import _field_path, _uncaught, client_gone, fault_status, safe_stream
 
 
 @pytest.mark.parametrize(
@@ -52,3 +52,16 @@ def test_a_stream_failing_midway_ends_with_an_error_event_and_done() -> None:
         yield "data: [DONE]\n\n"
 
     assert asyncio.run(collect(fine())).count("data: [DONE]\n\n") == 1
+
+
+def test_ray_cancelling_a_request_whose_client_left_is_client_churn_not_a_server_error() -> None:
+    """Ray Serve's `receive` raises TaskCancelledError once the client disconnected: a 499 with
+    nothing logged as a failure (it was a 500 now and then when many streams closed at once)."""
+    from ray.exceptions import ActorDiedError, TaskCancelledError
+    from starlette.requests import ClientDisconnect, Request
+
+    assert client_gone(TaskCancelledError()) and client_gone(ClientDisconnect()) and client_gone(OSError())
+    assert not client_gone(ActorDiedError()) and not client_gone(RuntimeError("bug"))
+    request = Request({"type": "http", "method": "POST", "path": "/v1/completions", "headers": []})
+    assert asyncio.run(_uncaught(request, TaskCancelledError())).status_code == 499
+    assert asyncio.run(_uncaught(request, RuntimeError("bug"))).status_code == 500
