@@ -21,14 +21,12 @@ import ray
 
 __all__ = [
     "DEFAULT_ENDPOINTS",
-    "add_models_retrieve_route",
     "direct_streaming_app",
     "RAY_VERSION",
     "ChatCompletionRequest",
     "ChatCompletionResponse",
     "CompletionRequest",
     "CompletionResponse",
-    "OpenAIHTTPException",
     "PowerOfTwoChoicesRequestRouter",
     "PrefixTree",
     "SGLangServer",
@@ -36,7 +34,6 @@ __all__ = [
     "actor_record",
     "actor_restarts",
     "check_ray_version",
-    "current_internal_request_id",
     "standalone_request_router",
     "stop_serve",
     "init_sglang_server_without_engine",
@@ -68,15 +65,12 @@ check_ray_version()
 # What each private name is for, and when it can go:
 # - SGLangServer: base class of SpecFlipServer. Ray exports no server class for SGLang (ray.serve.llm
 #   has only LLMServer, the vLLM one). Goes when ray.serve.llm exports an SGLang server class.
-# - ChatCompletionRequest, CompletionRequest: what the ingress's chat/completions routes are
-#   annotated with (FastAPI validates bodies into them), as in Ray's own OpenAiIngress (the two
-#   responses document the routes' 200s in the OpenAPI schema);
-#   ray.serve.llm.openai_api_models has public subclasses. OpenAIHTTPException: what Ray's ingress
-#   raises for client errors. ChatCompletionResponse: what SGLangServer.chat yields, built the
-#   same way by the replica for tool-call answers. Go when OpenAiIngress's routes take the public
-#   models and the exception is public.
-# - to_model_metadata: the model cards OpenAiIngress takes (Ray's own docs example imports it from
-#   here too). DEFAULT_ENDPOINTS: Ray's OpenAI route map, which ours are added to.
+# - ChatCompletionRequest, CompletionRequest: the request models the replica's chat/completions
+#   routes validate the checked body into (deployments.http.guard), as Ray's own ingress does; the
+#   two responses document the routes' 200s in the OpenAPI schema.
+#   ray.serve.llm.openai_api_models has public subclasses. Go when specflip has its own models.
+# - to_model_metadata: the model card `/v1/models` answers (Ray's own docs example imports it from
+#   here too). DEFAULT_ENDPOINTS: Ray's OpenAI route map, whose `/v1/models` route the app keeps.
 #   openai_fastapi_app (`init`): the FastAPI app with Ray's middleware that make_fastapi_ingress
 #   would build, so the app can add its own middleware. ray.serve.llm.ingress exports
 #   make_fastapi_ingress but none of these. Go when `build_openai_app` takes extra endpoints and
@@ -96,49 +90,27 @@ from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E4
     ChatCompletionResponse,
     CompletionRequest,
     CompletionResponse,
-    OpenAIHTTPException,
     to_model_metadata,
 )
+
+# - PowerOfTwoChoicesRequestRouter: Serve's default request router, the base of the app's router
+#   when class routing is off (deployments.routing.power_of_two): Ray's direct-streaming builder
+#   pins RoundRobinRouter unless a router is configured, and ray.serve.request_router exports the
+#   base class and mixins but not this policy. Goes when ray.serve.request_router exports it.
+# - The builders' loggers: Ray's LLM builders log every deployment's options (a 20-line dict) at
+#   INFO on the console of the process building the app; the app builds with them at WARNING.
+#   Goes when Ray logs the options at DEBUG.
+from ray.llm._internal.serve.core.ingress import builder as _ingress_builder  # noqa: E402
 from ray.llm._internal.serve.core.ingress.builder import (  # noqa: E402
     _build_direct_streaming_llm_deployment,
     _build_openai_ingress_request_router,
 )
 from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS  # noqa: E402
 from ray.llm._internal.serve.core.ingress.ingress import init as openai_fastapi_app  # noqa: E402
-from ray.llm._internal.serve.core.server.llm_server import _add_openai_models_retrieve_route  # noqa: E402
+from ray.llm._internal.serve.core.server import builder as _server_builder  # noqa: E402
 from ray.llm._internal.serve.engines.sglang import SGLangServer  # noqa: E402
 from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_tree import PrefixTree  # noqa: E402
 from ray.serve._private.request_router import PowerOfTwoChoicesRequestRouter  # noqa: E402
-from ray.serve.context import _get_serve_request_context  # noqa: E402
-
-# - PowerOfTwoChoicesRequestRouter: Serve's default request router, the base of the app's router
-#   when class routing is off (deployments.routing.power_of_two): Ray's direct-streaming builder
-#   pins RoundRobinRouter unless a router is configured, and ray.serve.request_router exports the
-#   base class and mixins but not this policy. Goes when ray.serve.request_router exports it.
-
-# - _get_serve_request_context: the internal request id of the request a replica is handling; a
-#   handle call made while handling it carries the same id to the request router
-#   (`RequestMetadata.internal_request_id`), so the ingress can find where its router sent it
-#   (deployments.routing.journal). Ray 2.60's public request context has no internal id (the
-#   public request_id can be set by clients, so it can collide). Goes when Serve exposes the
-#   replica a DeploymentResponse was routed to.
-
-
-def current_internal_request_id() -> str | None:
-    """Serve's internal id of the request being handled here (None outside a request)."""
-    return _get_serve_request_context()._internal_request_id or None
-
-
-def add_models_retrieve_route(app: Any, llm_config: Any) -> None:
-    """`GET /v1/models/{id}` on a direct-streaming replica's app (Ray's own helper for its servers)."""
-    _add_openai_models_retrieve_route(app, llm_config)
-
-
-# - The builders' loggers: Ray's LLM builders log every deployment's options (a 20-line dict) at
-#   INFO on the console of the process building the app; the app builds with them at WARNING.
-#   Goes when Ray logs the options at DEBUG.
-from ray.llm._internal.serve.core.ingress import builder as _ingress_builder  # noqa: E402
-from ray.llm._internal.serve.core.server import builder as _server_builder  # noqa: E402
 
 
 @contextlib.contextmanager

@@ -19,16 +19,12 @@ when no decode step ran (one token, or an engine without speculation).
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployments.ray_compat import ChatCompletionResponse, CompletionResponse
+__all__ = ["Report", "Tally", "chunk_id"]
 
-__all__ = ["TALLY_SLOT", "Report", "Tally", "TallySlot", "chunk_id", "with_report"]
-
-_ID_START = 'data: {"id": "'  # Ray's SSE chunks (SGLangServer._build_sse_chunk) start with the id
-_UsageInfo: Any = ChatCompletionResponse.model_fields["usage"].annotation  # SGLang's (or vLLM's) UsageInfo
+_ID_START = 'data: {"id": "'  # the replica's SSE chunks (deployments.replica.generate) start with the id
 
 
 @dataclass(frozen=True)
@@ -96,32 +92,6 @@ class Tally:
         return usage
 
 
-class _ReportedUsage(_UsageInfo):  # type: ignore[misc, valid-type]
-    specflip: dict[str, Any] | None = None
-
-
-class _ReportedChat(ChatCompletionResponse):
-    usage: _ReportedUsage
-
-
-class _ReportedCompletion(CompletionResponse):
-    usage: _ReportedUsage
-
-
-def with_report(response: Any, report: Report) -> Any:
-    """A non-streamed response with `usage.specflip` (Ray's ingress sends `model_dump()`, which
-    keeps only declared fields: the same response as a subclass that declares it)."""
-    reported: dict[type, type[_ReportedChat | _ReportedCompletion]] = {
-        ChatCompletionResponse: _ReportedChat,
-        CompletionResponse: _ReportedCompletion,
-    }
-    cls = next((r for base, r in reported.items() if isinstance(response, base)), None)
-    if cls is None or response.usage is None:
-        return response
-    usage = _ReportedUsage(**response.usage.model_dump(), specflip=report.as_json())
-    return cls.model_construct(**{**dict(response), "usage": usage})
-
-
 def chunk_id(chunk: str) -> str | None:
     """The id of a stream's SSE chunk, read off its start (no JSON parse per chunk): the usage
     chunk reuses it, so every chunk of a stream has one id."""
@@ -129,23 +99,3 @@ def chunk_id(chunk: str) -> str | None:
         return None
     end = chunk.find('"', len(_ID_START))
     return chunk[len(_ID_START) : end] if end > 0 else None
-
-
-class TallySlot:
-    """Where a replica's server leaves the tally of the request its API edge is handling: the edge
-    reads the token count from it instead of asking for a usage chunk and parsing it back."""
-
-    __slots__ = ("tally",)
-
-    def __init__(self) -> None:
-        self.tally: Tally | None = None
-
-    def completion_tokens(self) -> int | None:
-        """The tokens generated so far for finished prompts (None: none, or no tally)."""
-        return (
-            self.tally.completion_tokens if self.tally is not None and self.tally.completion_tokens else None
-        )
-
-
-# set by deployments.http.handlers in the request's task, filled by deployments.replica.server
-TALLY_SLOT: ContextVar[TallySlot | None] = ContextVar("specflip_tally_slot", default=None)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +29,6 @@ __all__ = [
 UNKNOWN_MODE = "unknown"  # a replica that publishes no stats yet
 ROUTED_FAMILY = "specflip_routed_requests"  # routing decisions by class and the chosen replica's mode
 CLASS_MODES = [(c, m) for c in ("interactive", "batch") for m in ("on", "off")]  # series exist from 0
-# The class a replica's API edge read from the request it is handling (deployments.http.handlers),
-# for the server that serves it in the same task (deployments.replica.server): one reading per request
-SERVED_CLASS: ContextVar[RequestClass | None] = ContextVar("specflip_served_class", default=None)
 
 
 @dataclass(frozen=True, slots=True)

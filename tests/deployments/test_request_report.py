@@ -2,7 +2,8 @@
 `usage.specflip` (modes, accept length, flipped) on responses, with its opt-out and metrics.
 
 The unit tests drive `SpecFlipServer._with_usage` on a bare server (no engine: the generator it
-wraps is a stand-in for Ray's, named as such); the real-app tests use the package's shared app."""
+wraps is a stand-in for deployments.replica.generate's, named as such); the real-app tests use the
+package's shared app."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from deployments.config import SpecFlipConfig
 from deployments.http.metrics import ingress_metrics
 from deployments.http.request_report import Tally
 from deployments.local import LocalApp, wait_until
-from deployments.ray_compat import CompletionResponse
+from deployments.replica.generate import sse
 from deployments.replica.server import SpecFlipServer
 from tests.deployments.conftest import MODEL
 from tests.prom import total
@@ -68,7 +69,6 @@ def test_accept_length_is_decode_tokens_per_decode_step_summed_over_prompts() ->
 def _bare_server(request_report: bool) -> SpecFlipServer:
     server = SpecFlipServer.__new__(SpecFlipServer)  # no engine: only _with_usage's state
     server.config = SpecFlipConfig.model_validate({**MIN, "serve": {"request_report": request_report}})
-    server._tallies = {}
     server.loop = SimpleNamespace(last_state=SimpleNamespace(patched=True, requested=True), applied_flips=0)  # type: ignore[assignment]
     return server
 
@@ -78,23 +78,24 @@ def _request(stream: bool) -> Any:
     return SimpleNamespace(stream=stream, stream_options=options, model=MODEL)
 
 
-async def _fake_ray_stream(server: SpecFlipServer, request: Any) -> AsyncGenerator[Any, None]:
-    """Stand-in for Ray's completions stream: two prompts' chunks under one id, their counts."""
+async def _fake_stream(tally: Tally) -> AsyncGenerator[Any, None]:
+    """Stand-in for the replica's completions stream: two prompts' chunks under one id, their counts."""
     for i, meta in enumerate(
         (
             {"prompt_tokens": 3, "completion_tokens": 5, "spec_verify_ct": 2},
             {"prompt_tokens": 4, "completion_tokens": 3, "spec_verify_ct": 1},
         )
     ):
-        yield server._build_sse_chunk(
-            "sglang-gen-stream", "text_completion", 1, MODEL, {"index": i, "text": "x"}
-        )
-        server._tallies[id(request)].add_output(meta)
+        chunk = {"id": "sglang-gen-stream", "object": "text_completion", "created": 1, "model": MODEL}
+        yield sse({**chunk, "choices": [{"index": i, "text": "x"}]})
+        tally.add_output(meta)
 
 
-def _collect(server: SpecFlipServer, request: Any, inner: AsyncGenerator[Any, None]) -> list[Any]:
+def _collect(
+    server: SpecFlipServer, request: Any, inner: AsyncGenerator[Any, None], tally: Tally
+) -> list[Any]:
     async def run() -> list[Any]:
-        return [item async for item in server._with_usage(request, inner, "text_completion")]
+        return [item async for item in server._with_usage(request, inner, "text_completion", tally)]
 
     return asyncio.run(run())
 
@@ -102,7 +103,8 @@ def _collect(server: SpecFlipServer, request: Any, inner: AsyncGenerator[Any, No
 @pytest.mark.parametrize("request_report", [True, False])
 def test_the_usage_chunk_has_the_streams_id_and_the_report_unless_opted_out(request_report: bool) -> None:
     server, request = _bare_server(request_report), _request(stream=True)
-    items = _collect(server, request, _fake_ray_stream(server, request))
+    tally = server.new_tally()
+    items = _collect(server, request, _fake_stream(tally), tally)
     chunks = [json.loads(item.removeprefix("data: ")) for item in items]
     assert {c["id"] for c in chunks} == {"sglang-gen-stream"}
     usage = chunks[-1]["usage"]
@@ -117,19 +119,18 @@ def test_the_usage_chunk_has_the_streams_id_and_the_report_unless_opted_out(requ
 def test_a_non_streamed_response_carries_the_report_unless_opted_out(request_report: bool) -> None:
     server, request = _bare_server(request_report), _request(stream=False)
     usage = {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
-    ray_response = CompletionResponse(
-        id="cmpl-1", object="text_completion", created=1, model=MODEL, choices=[], usage=usage
-    )
+    answer = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": MODEL, "choices": []}
+    tally = server.new_tally()
 
-    async def fake_ray_answer() -> AsyncGenerator[Any, None]:
-        server._tallies[id(request)].add_output({"completion_tokens": 5, "spec_verify_ct": 2})
+    async def fake_answer() -> AsyncGenerator[Any, None]:
+        """Stand-in for the replica's non-streamed answer (deployments.replica.generate)."""
+        tally.add_output({"completion_tokens": 5, "spec_verify_ct": 2})
         server.loop.applied_flips = 1  # type: ignore[attr-defined]  # the loop flipped meanwhile
-        yield ray_response
+        yield {**answer, "usage": dict(usage)}
 
     before = ingress_metrics().request_modes.labels("both")._value.get()
-    (response,) = _collect(server, request, fake_ray_answer())
-    dumped = response.model_dump()  # what Ray's ingress sends
-    assert isinstance(response, CompletionResponse) and dumped["id"] == "cmpl-1"
+    (dumped,) = _collect(server, request, fake_answer(), tally)  # the dict the API sends as JSON
+    assert dumped["id"] == "cmpl-1"
     assert {k: dumped["usage"][k] for k in usage} == usage
     if request_report:
         assert dumped["usage"]["specflip"] == {"modes": ["off", "on"], "accept_length": 2.0, "flipped": True}
