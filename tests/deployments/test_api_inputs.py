@@ -396,12 +396,14 @@ def test_an_oversized_prompt_is_refused_by_size_and_the_replicas_stay_up(app: Lo
 
 
 def test_a_replica_sent_an_oversized_prompt_directly_refuses_it_and_keeps_serving(app: LocalApp) -> None:
-    """Past the ingress (a deployment handle straight to the replicas): the replica's own size
-    bound refuses it before any tokenization, and the replica keeps answering meanwhile."""
+    """Past the HTTP app (a deployment handle straight to the replicas' `generate`): the replica's
+    own size bound refuses it before any tokenization, and the replica keeps answering meanwhile."""
     from ray import serve
 
+    from deployments.http.request_report import Tally
     from deployments.ray_compat import CompletionRequest
     from deployments.replica.prompts import PromptTooLarge
+    from policy.routing import RequestClass
 
     handle = serve.get_deployment_handle(f"SpecFlipServer:{MODEL}", app_name="specflip").options(stream=True)
     before = {r["replica_id"] for r in app.client.replicas()}
@@ -409,7 +411,11 @@ def test_a_replica_sent_an_oversized_prompt_directly_refuses_it_and_keeps_servin
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         good = pool.submit(_post, app, TEXT, {"model": MODEL, "prompt": "return self.", "max_tokens": 8})
         with pytest.raises(PromptTooLarge, match="more than the context"):
-            list(handle.completions.remote(request, None))
+            list(
+                handle.generate.remote(
+                    "completions", request, request_class=RequestClass.BATCH, tally=Tally("on", 0), rids=[]
+                )
+            )
         assert good.result().status_code == 200
     after = app.client.replicas()
     assert {r["replica_id"] for r in after} == before and not any(r["stale"] for r in after)
