@@ -108,18 +108,31 @@ class SpeculationPolicy:
         log.info("policy config replaced: %s", config)
         return True
 
-    async def metrics_text(self) -> str:
+    async def metrics_text(self, replica_id: str | None = None, families: list[Any] | None = None) -> str:
         """Prometheus text exposition of this actor's own registry (with the replicas' pushed
-        HTTP-edge families, `push_metrics`)."""
+        HTTP-edge families, `push_metrics`); `replica_id`'s `families` pushed first when given (one
+        round trip for a replica's /metrics)."""
+        if replica_id is not None and families is not None:
+            self._metrics.edge.push(replica_id, families)
         return self._metrics.text()
+
+    async def status_view(
+        self,
+        replica_id: str | None,
+        families: list[Any] | None,
+        totals: tuple[tuple[str, tuple[str, ...]], ...],
+    ) -> tuple[FleetStatus, list[dict[tuple[str, ...], float]]]:
+        """What a replica's /specflip/status needs, in one round trip: its `families` pushed first
+        (when given), then the fleet status and, per (family, labels) of `totals`, that pushed
+        family summed over replicas by those labels."""
+        if replica_id is not None and families is not None:
+            self._metrics.edge.push(replica_id, families)
+        sums = [self._metrics.edge.totals(name, *labels) for name, labels in totals]
+        return self._fleet.status(self._clock()), sums
 
     async def push_metrics(self, replica_id: str, families: list[Any]) -> None:
         """A replica's HTTP-edge metric families (prometheus_client `Metric`s), replacing its last."""
         self._metrics.edge.push(replica_id, families)
-
-    async def edge_totals(self, name: str, labels: tuple[str, ...]) -> dict[tuple[str, ...], float]:
-        """The pushed family `name` summed over replicas by `labels` (e.g. requests by class)."""
-        return self._metrics.edge.totals(name, *labels)
 
     async def tick_now(self) -> tuple[SetSpeculation, ...]:
         """Run one tick at once (the background task keeps its own schedule)."""

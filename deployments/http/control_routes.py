@@ -1,6 +1,6 @@
 """specflip's own HTTP routes: `GET /specflip/status`, `POST /specflip/override`, `GET /metrics`.
 
-Served by every replica, beside the OpenAI routes (deployments.replica.http_app). Each asks the named
+Served by every replica, beside the OpenAI routes (deployments.replica.api). Each asks the named
 policy actor (created here if it does not exist yet), with a timeout; the token check and the
 documents are in deployments.http.control.
 
@@ -134,8 +134,13 @@ class ControlRoutes:
         return restarts
 
     async def status(self) -> Response:
+        """The fleet's status from the policy actor: two round trips (the actor, once: this
+        replica's metric families pushed, the fleet and the routing totals read; the GCS's actor
+        table for the actor's restarts)."""
         try:
-            fleet = await self._ask_policy("status")
+            fleet, sums = await self._ask_policy(
+                "status_view", *self._own_families(), _ROUTING_TOTALS if self.replica_id is not None else ()
+            )
         except Exception as err:
             return error_response(
                 503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
@@ -148,36 +153,14 @@ class ControlRoutes:
         )
         document["policy"]["restarts"] = await self.policy_restarts()
         if self.replica_id is not None:  # every replica counted what it took, the actor sums
-            document["routing"] = {"class_routing": self.config.class_routing, **await self._fleet_routing()}
+            document["routing"] = {"class_routing": self.config.class_routing, **_fleet_routing(*sums)}
         return JSONResponse(document)
 
-    async def _fleet_routing(self) -> dict[str, Any]:
-        """Over the fleet, from what every replica and the request router last pushed to the actor
-        (this replica's pushed first): requests by class and the mode of the replica that took them,
-        the router's decisions by reason, and its prefix-affinity hits."""
-        try:
-            await self._push_own_metrics()
-            served = await self._ask_policy("edge_totals", SERVED_FAMILY, ("class", "mode"))
-            reasons = await self._ask_policy("edge_totals", PREFIX + "routed_reasons", ("reason",))
-            prefix = await self._ask_policy("edge_totals", PREFIX + "routed_prefix", ("result",))
-        except Exception:
-            served, reasons, prefix = {}, {}, {}
-        by_class: dict[str, dict[str, int]] = {}
-        for (cls, mode), n in sorted(served.items()):
-            by_class.setdefault(cls, {})[mode] = int(n)
-        return {
-            "by_class_and_mode": by_class,
-            "by_reason": {reason: int(n) for (reason,), n in sorted(reasons.items())},
-            "prefix_affinity": {
-                "hits": int(prefix.get(("hit",), 0)),
-                "misses": int(prefix.get(("miss",), 0)),
-            },
-        }
-
-    async def _push_own_metrics(self) -> None:
-        if self.replica_id is not None and self.metrics is not None:
-            families = list(self.metrics.registry.collect())
-            await self._ask_policy("push_metrics", self.replica_id, families)
+    def _own_families(self) -> tuple[str | None, list[Any] | None]:
+        """(this replica's id, its edge metric families) to push to the actor; (None, None) outside one."""
+        if self.replica_id is None or self.metrics is None:
+            return None, None
+        return self.replica_id, list(self.metrics.registry.collect())
 
     async def override(self, request: Request) -> Response:
         problem = check_bearer(request.headers.get("authorization"), self.token)
@@ -221,16 +204,46 @@ class ControlRoutes:
         return JSONResponse({"replica_ids": targets, "mode": order.mode})
 
     async def metrics_text(self) -> Response:
-        """The edge registry's text, then the policy actor's. On the direct data path the actor's
-        text holds every replica's edge families (this replica's pushed just before), so one scrape
-        of any replica shows the fleet; if the actor does not answer, this replica's own."""
+        """The edge registry's text, then the policy actor's. In a replica the actor's text holds
+        every replica's edge families (this replica's pushed with the same call), so one scrape of
+        any replica shows the fleet; if the actor does not answer, this replica's own. Two round
+        trips: the GCS (the actor's restarts), the actor."""
         own = self.metrics.text() if self.metrics is not None else ""
         try:
             await self.policy_restarts()
-            if self.replica_id is not None:
-                await self._push_own_metrics()
+            replica_id, families = self._own_families()
+            policy_text = await self._ask_policy("metrics_text", replica_id, families)
+            if replica_id is not None:
                 own = ""  # in the actor's text, with this replica's label
-            policy_text = await self._ask_policy("metrics_text")
         except Exception:
             policy_text = ""
         return Response(own + policy_text, media_type=CONTENT_TYPE)
+
+
+# the pushed families /specflip/status sums over the fleet, by these labels
+_ROUTING_TOTALS = (
+    (SERVED_FAMILY, ("class", "mode")),
+    (PREFIX + "routed_reasons", ("reason",)),
+    (PREFIX + "routed_prefix", ("result",)),
+)
+
+
+def _fleet_routing(
+    served: dict[tuple[str, ...], float],
+    reasons: dict[tuple[str, ...], float],
+    prefix: dict[tuple[str, ...], float],
+) -> dict[str, Any]:
+    """Over the fleet, from what every replica and the request router last pushed to the actor:
+    requests by class and the mode of the replica that took them, the router's decisions by
+    reason, and its prefix-affinity hits."""
+    by_class: dict[str, dict[str, int]] = {}
+    for (cls, mode), n in sorted(served.items()):
+        by_class.setdefault(cls, {})[mode] = int(n)
+    return {
+        "by_class_and_mode": by_class,
+        "by_reason": {reason: int(n) for (reason,), n in sorted(reasons.items())},
+        "prefix_affinity": {
+            "hits": int(prefix.get(("hit",), 0)),
+            "misses": int(prefix.get(("miss",), 0)),
+        },
+    }

@@ -35,11 +35,10 @@ from deployments.http.guard import checked_body
 from deployments.http.metrics import ingress_metrics, observe_stream
 from deployments.http.routes import NOT_SERVED
 from deployments.http.structured import check_structured, misplaced_fields
-from deployments.http.validation import check_chat, check_completion
 from deployments.ray_compat import to_model_metadata
 from policy.routing import classify
 
-__all__ = ["CLASS_HEADER", "ReplicaApi", "context_limit", "model_config_int", "replica_app"]
+__all__ = ["CLASS_HEADER", "ReplicaApi", "model_config_int", "replica_app"]
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +49,6 @@ CLASS_HEADER = "x-specflip-class"  # on every answer: the request's class (the r
 def replica_app(server: Any, config: SpecFlipConfig, llm_config: Any) -> Any:
     """The replica's HTTP app: the edge app with this module's handlers bound to `server`."""
     return bind_endpoints(edge_app(config), ReplicaApi(server, config, llm_config))
-
-
-def context_limit(config: SpecFlipConfig) -> int | None:
-    """Largest max_tokens worth sending: the configured context length, else the model's own."""
-    if config.engine.context_length is not None:
-        return config.engine.context_length
-    return model_config_int(config, "max_position_embeddings")
 
 
 def model_config_int(config: SpecFlipConfig, key: str) -> int | None:
@@ -77,20 +69,19 @@ class ReplicaApi:
         self._model_id = config.model.id
         self._card = to_model_metadata(self._model_id, llm_config)
         self._class_rule = config.routing.class_rule()
-        self._limit = context_limit(config)
         self._vocab_size = model_config_int(config, "vocab_size")
         self._metrics = ingress_metrics()
         self._control = ControlRoutes(config, self._metrics, replica_id=server.replica_id)
 
     # -- generation ----------------------------------------------------------------------------
     async def chat(self, body: Any, request: Request) -> Response:
-        reason = check_chat(body, self._limit) or self._check_structured(body, request, chat=True)
+        reason = self._check_structured(body, request, chat=True)
         if reason:
             return error_response(400, reason)
         return await self._answer("chat", "/v1/chat/completions", body, request)
 
     async def completions(self, body: Any, request: Request) -> Response:
-        reason = check_completion(body, self._limit) or self._check_structured(body, request, chat=False)
+        reason = self._check_structured(body, request, chat=False)
         if reason:
             return error_response(400, reason)
         return await self._answer("completions", "/v1/completions", body, request)

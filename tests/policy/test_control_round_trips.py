@@ -1,0 +1,97 @@
+"""`GET /specflip/status` and `GET /metrics` of a replica cost at most two round trips each: one
+call to the real policy actor (this replica's metric families pushed and the fleet read in the
+same call) and one read of Ray's GCS actor table (the actor's restarts). They cost six and three
+before. The actor and the GCS are real (a local Ray); the counters wrap them without changing what
+they answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
+from deployments.http import control_routes
+from deployments.http.control_routes import ControlRoutes
+from deployments.http.metrics import IngressMetrics
+from deployments.routing.journal import JOURNAL
+from policy.routing import RequestClass
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:  # workers import this checkout's modules
+        mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+
+
+class _Counted:
+    """The real actor handle, counting the calls made through it."""
+
+    def __init__(self, handle: Any, calls: list[str]) -> None:
+        self._handle, self._calls = handle, calls
+
+    def __getattr__(self, method: str) -> Any:
+        real = getattr(self._handle, method)
+        calls = self._calls
+
+        class _Method:
+            def remote(self, *args: Any) -> Any:
+                calls.append(method)
+                return real.remote(*args)
+
+        return _Method()
+
+
+def _routes(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> ControlRoutes:
+    config = SpecFlipConfig.model_validate(
+        {"model": {"path": "/m"}, "policy": {"actor_name": f"specflip-policy-{uuid.uuid4().hex[:8]}"}}
+    )
+    routes = ControlRoutes(config, IngressMetrics(), replica_id="replica-a")
+    routes._policy = _Counted(routes._policy, calls)
+    real_restarts = control_routes.actor_restarts
+
+    def counted_restarts(handle: Any) -> int | None:
+        calls.append("gcs")
+        return real_restarts(handle._handle)
+
+    monkeypatch.setattr(control_routes, "actor_restarts", counted_restarts)
+    return routes
+
+
+def test_status_asks_the_actor_once_and_the_gcs_once(
+    ray_cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    routes = _routes(monkeypatch, calls)
+    JOURNAL.count_served(RequestClass.INTERACTIVE, "on")  # this replica served one: pushed with the call
+    response = asyncio.run(routes.status())
+    assert response.status_code == 200
+    assert sorted(calls) == ["gcs", "status_view"], calls
+    document = json.loads(bytes(response.body))
+    assert document["policy"]["restarts"] == 0
+    assert document["routing"]["by_class_and_mode"]["interactive"]["on"] >= 1  # the push reached the sums
+    ray.kill(ray.get_actor(routes.config.policy.actor_name, namespace=POLICY_NAMESPACE))
+
+
+def test_metrics_push_and_read_in_one_actor_call(ray_cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    routes = _routes(monkeypatch, calls)
+    routes.metrics.requests.labels("/v1/completions", "200").inc()
+    text = bytes(asyncio.run(routes.metrics_text()).body).decode()
+    assert sorted(calls) == ["gcs", "metrics_text"], calls
+    assert 'replica="replica-a"' in text  # this replica's families, labelled, in the actor's text
+    ray.kill(ray.get_actor(routes.config.policy.actor_name, namespace=POLICY_NAMESPACE))
