@@ -292,8 +292,7 @@ class SpecFlipRouter(RequestRouter):
             self._affinity_broken()
             hit = None
         routing_journal.JOURNAL.record(  # through the module: an instance would be pickled by value
-            pending_request.metadata.internal_request_id,
-            Routed(_replica_tag(replica_id), mode, cls, reason, prefix_hit=hit),
+            Routed(_replica_tag(replica_id), mode, cls, reason, prefix_hit=hit)
         )
         self._push_counts()
 

@@ -65,7 +65,7 @@ def _emitted() -> dict[str, tuple[str, str]]:
     # what /metrics serves: the actor's registry with every replica's edge families and the request
     # router's counts, as they push them
     policy.edge.push("r1", list(ingress.registry.collect()))
-    JOURNAL.record("req", Routed("r1", "on", RequestClass.INTERACTIVE, RankReason.PREFERRED, prefix_hit=True))
+    JOURNAL.record(Routed("r1", "on", RequestClass.INTERACTIVE, RankReason.PREFERRED, prefix_hit=True))
     policy.edge.push("router:1", routed_families())
     found: dict[str, tuple[str, str]] = {}
     for family in text_string_to_metric_families(policy.text()):
