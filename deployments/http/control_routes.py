@@ -38,7 +38,7 @@ from deployments.http.control import (
     status_document,
 )
 from deployments.http.errors import error_response
-from deployments.http.metrics import CONTENT_TYPE, PREFIX, SERVED_FAMILY, IngressMetrics
+from deployments.http.metrics import CONTENT_TYPE, PREFIX, SERVED_FAMILY, HttpMetrics
 from deployments.ray_compat import actor_restarts
 from policy.types import UnknownReplicaError
 
@@ -59,7 +59,7 @@ class ControlRoutes:
     gathers from every replica: `/metrics` there is the actor's text, this replica's pushed first."""
 
     def __init__(
-        self, config: SpecFlipConfig, metrics: IngressMetrics | None = None, *, replica_id: str | None = None
+        self, config: SpecFlipConfig, metrics: HttpMetrics | None = None, *, replica_id: str | None = None
     ) -> None:
         self.config = config
         self.metrics = metrics
