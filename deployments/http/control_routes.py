@@ -55,7 +55,7 @@ _SHORT_TOKEN = 16
 
 class ControlRoutes:
     """The handlers. `metrics`: this process's HTTP-edge registry (None: none). `replica_id`: set in
-    a replica serving the API itself (direct data path), whose edge metrics the policy actor
+    a replica (each serves the API itself), whose edge metrics the policy actor
     gathers from every replica: `/metrics` there is the actor's text, this replica's pushed first."""
 
     def __init__(
@@ -77,7 +77,7 @@ class ControlRoutes:
         self._policy_actor()
 
     def add_to(self, app: Any) -> None:
-        """Add the three routes to a FastAPI app (the direct data path's replica app)."""
+        """Add the three routes to a FastAPI app (the replica's HTTP app)."""
         app.add_api_route("/specflip/status", self.status, methods=["GET"])
         app.add_api_route("/specflip/override", self.override, methods=["POST"])
         app.add_api_route("/metrics", self.metrics_text, methods=["GET"])
@@ -221,7 +221,7 @@ class ControlRoutes:
         return JSONResponse({"replica_ids": targets, "mode": order.mode})
 
     async def metrics_text(self) -> Response:
-        """The edge registry's text, then the policy actor's. On the direct data path the actor's
+        """The edge registry's text, then the policy actor's. The actor's
         text holds every replica's edge families (this replica's pushed just before), so one scrape
         of any replica shows the fleet; if the actor does not answer, this replica's own."""
         own = self.metrics.text() if self.metrics is not None else ""

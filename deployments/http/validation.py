@@ -1,9 +1,9 @@
-"""Checks on validated OpenAI request models that the ingress runs before anything reaches an
+"""Checks on validated OpenAI request models that the replica's API runs before anything reaches an
 engine: pure functions over the request's fields, returning the reason for a 400 (None: fine).
 
 The body guard (`deployments.http.body`) has checked the raw body against the request schema by
-then (types, ranges, unknown fields, what the ingress does not serve); these hold whatever
-request model (SGLang's or vLLM's) Ray's ingress validates into, so a request that reaches a
+then (types, ranges, unknown fields, what the app does not serve); these hold whatever
+request model (SGLang's or vLLM's) the app validates into, so a request that reaches a
 replica without the guard (a deployment handle, a test) is held to the same rules.
 """
 
