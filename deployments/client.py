@@ -121,7 +121,7 @@ class SpecflipClient:
     def fleet_ready(self) -> tuple[bool, str]:
         """Whether every replica the app was deployed with reports to the policy (an app without
         the specflip status API counts as ready once it answers), and a note on what is missing.
-        Serve answers /v1/models as soon as the ingress is up; an override sent before the
+        Serve answers /v1/models as soon as one replica is up; an override sent before the
         replicas register would miss them."""
         doc = self.status()
         if doc is None:

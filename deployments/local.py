@@ -77,7 +77,7 @@ def run_local(
     worker_pythonpath: put this first on Ray workers' path (a source checkout that is not installed).
     num_cpus: logical CPUs of a new local Ray instance (default: what the replicas need, plus one).
     """
-    # Serve with HAProxy on both data paths (direct needs it); Serve reads these at import, here and
+    # Serve with HAProxy (direct streaming needs it); Serve reads these at import, here and
     # in its actors, so they must be set before Ray starts (and before this process imports Serve)
     os.environ.update(serve_env(config))
     haproxy_dir = _haproxy_env()

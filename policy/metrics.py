@@ -136,7 +136,7 @@ def _engine_families(replicas: tuple[ReplicaStatus, ...]) -> Iterator[Metric]:
 
 
 class EdgeMetrics(Collector):
-    """The HTTP-edge metrics every replica serving the API itself pushes (`serve.data_path: direct`):
+    """The HTTP-edge metrics every replica pushes (each serves the API itself):
     each replica's families as prometheus_client collected them, rendered as one family per name
     with the replica's id as a `replica` label, so one scrape of any replica's `/metrics` shows the
     whole fleet with monotonic counters per replica."""

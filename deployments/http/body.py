@@ -253,20 +253,16 @@ def check_body(
     limits: ModelLimits,
     *,
     model_id: str | None = None,
-    restrict: bool = True,
 ) -> dict[str, Any] | Problem:
-    """A parsed body checked (cost, schema, model fit) and normalized, or why it is refused.
-    `restrict`: refuse what only the ingress data path does not serve (`n` > 1, logprobs, ...)."""
+    """A parsed body checked (cost, schema, model fit) and normalized, or why it is refused."""
     problem = check_cost(endpoint, body, limits)
     if problem is not None:
         return problem
     try:
         if endpoint == "chat":
-            normalized = conform_chat(body, model_id=model_id, restrict=restrict)
+            normalized = conform_chat(body, model_id=model_id)
         else:
-            normalized = conform_completion(
-                body, model_id=model_id, document_start=limits.document_start, restrict=restrict
-            )
+            normalized = conform_completion(body, model_id=model_id, document_start=limits.document_start)
     except Refused as refused:
         return refused.problem
     check = check_chat_body if endpoint == "chat" else check_completion_body

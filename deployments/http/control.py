@@ -1,6 +1,6 @@
 """The control surface's plain logic: bearer-token check, the override body, the status document.
 
-No Ray here: the ingress fetches `FleetStatus` from the policy actor and hands it to
+No Ray here: the control routes fetch `FleetStatus` from the policy actor and hands it to
 `status_document`; tests call these directly.
 """
 
@@ -168,7 +168,7 @@ def status_document(
     fleet: FleetStatus, *, enabled: bool, actor_name: str, expected_replicas: int | None = None
 ) -> dict[str, Any]:
     """The whole `/specflip/status` JSON. expected_replicas: how many the app was deployed with, so
-    a client can tell "up" (all of them reporting) from "answering" (the ingress alone)."""
+    a client can tell "up" (all of them reporting) from "answering" (some of them)."""
     cfg = {name: _plain(value) for name, value in fleet.config}
     if not enabled:  # the actor runs a never-flipping rule then; show what the operator configured
         cfg.pop("rule", None)

@@ -38,7 +38,7 @@ from deployments.http.control import (
     status_document,
 )
 from deployments.http.errors import error_response
-from deployments.http.metrics import CONTENT_TYPE, PREFIX, SERVED_FAMILY, IngressMetrics
+from deployments.http.metrics import CONTENT_TYPE, PREFIX, SERVED_FAMILY, HttpMetrics
 from deployments.ray_compat import actor_restarts
 from policy.types import UnknownReplicaError
 
@@ -55,11 +55,11 @@ _SHORT_TOKEN = 16
 
 class ControlRoutes:
     """The handlers. `metrics`: this process's HTTP-edge registry (None: none). `replica_id`: set in
-    a replica serving the API itself (direct data path), whose edge metrics the policy actor
+    a replica (each serves the API itself), whose edge metrics the policy actor
     gathers from every replica: `/metrics` there is the actor's text, this replica's pushed first."""
 
     def __init__(
-        self, config: SpecFlipConfig, metrics: IngressMetrics | None = None, *, replica_id: str | None = None
+        self, config: SpecFlipConfig, metrics: HttpMetrics | None = None, *, replica_id: str | None = None
     ) -> None:
         self.config = config
         self.metrics = metrics
@@ -77,7 +77,7 @@ class ControlRoutes:
         self._policy_actor()
 
     def add_to(self, app: Any) -> None:
-        """Add the three routes to a FastAPI app (the direct data path's replica app)."""
+        """Add the three routes to a FastAPI app (the replica's HTTP app)."""
         app.add_api_route("/specflip/status", self.status, methods=["GET"])
         app.add_api_route("/specflip/override", self.override, methods=["POST"])
         app.add_api_route("/metrics", self.metrics_text, methods=["GET"])

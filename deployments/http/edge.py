@@ -1,4 +1,4 @@
-"""The HTTP app in front of the OpenAI handlers, the same on every data path.
+"""The HTTP app in front of the OpenAI handlers that every replica serves.
 
 Ray Serve LLM's own FastAPI app (`ray_compat.openai_fastapi_app`, what `make_fastapi_ingress`
 builds) with Ray's CORS and exception middleware replaced by specflip's: the error handlers
@@ -6,8 +6,8 @@ builds) with Ray's CORS and exception middleware replaced by specflip's: the err
 guard and CORS (`deployments.http.guard`), and the request counter (`deployments.http.metrics`, outermost:
 it sees the final status of every response).
 
-Every replica serves this app itself, its routes bound to an in-process `SpecFlipIngress` that
-calls the replica's server without a Ray hop (`deployments.replica.http_app`). The chat and
+Every replica serves this app itself, its routes bound to an in-process `ReplicaApi` that
+calls the replica's server without a Ray hop (`deployments.replica.api`). The chat and
 completions routes take the body the guard parsed and checked (`guard.with_checked_body`): one JSON
 parse per request.
 """
@@ -46,7 +46,7 @@ def edge_app(config: SpecFlipConfig) -> Any:
 
 def bind_endpoints(app: Any, handlers: Any) -> Any:
     """Register every served route of `ENDPOINTS` on `app`, handled by the bound methods of
-    `handlers` (an ingress instance living in this process). Returns `app`."""
+    `handlers` (a `ReplicaApi` living in this process). Returns `app`."""
     for name, route in ENDPOINTS.items():
         handler = getattr(handlers, name)
         model = _BODY_MODELS.get(name)

@@ -1,10 +1,10 @@
-"""Every error the ingress answers, in one OpenAI-style shape: `{"error": {"message", "type",
+"""Every error the replica's API answers, in one OpenAI-style shape: `{"error": {"message", "type",
 "param", "code"}}` with `code` the HTTP status.
 
 - Client errors (4xx) say what was wrong and name the field (`param`) where there is one; they
   never echo the input back (it may be megabytes, or not serializable).
 - Server faults (5xx) say what happened in one line with the request id; the traceback goes to
-  the ingress log only. A replica that died or restarted under a request is a 503 (retry), not
+  the replica's log only. A replica that died or restarted under a request is a 503 (retry), not
   a 500.
 - A stream that fails after its first chunk ends with an error event and `data: [DONE]`, so a
   client is never left with a cut stream.

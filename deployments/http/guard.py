@@ -1,4 +1,4 @@
-"""ASGI middleware in front of the OpenAI POST routes, on every data path: the raw body must be a
+"""ASGI middleware in front of the OpenAI POST routes of each replica's HTTP app: the raw body must be a
 JSON object no larger than `serve.max_body_bytes`, and pass `deployments.http.body`'s checks (strict JSON, the
 request's whole cost, OpenAI's request schema as this app serves it, prompt sizes against the
 model's context). Anything else gets a 400 (413) with the reason before FastAPI and the request
@@ -48,7 +48,7 @@ class JsonBodyGuard:
     ) -> None:
         self.app = app
         self._config = config
-        self._limits: ModelLimits | None = None  # read on first use, on the ingress's node
+        self._limits: ModelLimits | None = None  # read on first use, on the replica's node
 
     @property
     def limits(self) -> ModelLimits:

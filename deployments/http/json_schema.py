@@ -10,7 +10,6 @@ from deployments.http.schema import (
     Array,
     Boolean,
     Const,
-    Context,
     Integer,
     Never,
     Node,
@@ -23,8 +22,7 @@ from deployments.http.schema import (
 __all__ = ["json_schema"]
 
 
-def json_schema(node: Node, ctx: Context | None = None) -> dict[str, Any]:
-    ctx = ctx or Context()
+def json_schema(node: Node) -> dict[str, Any]:
     if isinstance(node, Text):
         out: dict[str, Any] = {"type": "string"}
         if node.enum is not None:
@@ -51,33 +49,31 @@ def json_schema(node: Node, ctx: Context | None = None) -> dict[str, Any]:
     if isinstance(node, AnyJson):
         return {}
     if isinstance(node, Array):
-        out = {"type": "array", "items": json_schema(node.items, ctx)}
+        out = {"type": "array", "items": json_schema(node.items)}
         if node.min_items is not None:
             out["minItems"] = node.min_items
         if node.max_items is not None:
             out["maxItems"] = node.max_items
         return out
     if isinstance(node, Object):
-        return _object_schema(node, ctx)
+        return _object_schema(node)
     if isinstance(node, OneOf):
-        return {"anyOf": [json_schema(b, ctx) for b in node.branches]}
-    if ctx.restrict or not node.ingress_only:
-        return {**json_schema(node.served, ctx), "description": node.why}
-    return json_schema(node.node, ctx)
+        return {"anyOf": [json_schema(b) for b in node.branches]}
+    return {**json_schema(node.served), "description": node.why}
 
 
-def _object_schema(node: Object, ctx: Context) -> dict[str, Any]:
+def _object_schema(node: Object) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "object"}
     if node.open:
         return out
     if node.values is not None:
-        out["additionalProperties"] = json_schema(node.values, ctx)
+        out["additionalProperties"] = json_schema(node.values)
         if node.keys is not None:
-            out["propertyNames"] = json_schema(node.keys, ctx)
+            out["propertyNames"] = json_schema(node.keys)
         return out
     props = {}
     for key, prop in node.props.items():
-        schema = json_schema(prop.node, ctx)
+        schema = json_schema(prop.node)
         if prop.nullable:
             described = schema.pop("description", None)
             schema = {"anyOf": [schema, {"type": "null"}]}

@@ -41,10 +41,10 @@ __all__ = [
     "CLIENT_CLOSED",
     "CONTENT_TYPE",
     "SERVED_FAMILY",
-    "IngressMetrics",
+    "HttpMetrics",
     "RequestCountMiddleware",
     "endpoint_of",
-    "ingress_metrics",
+    "http_metrics",
     "observe_stream",
 ]
 
@@ -75,14 +75,16 @@ ASGIApp = Callable[
 ]
 
 
-class IngressMetrics:
+class HttpMetrics:
+    """The families of a replica's HTTP edge, on a registry of their own (docs/metrics.md)."""
+
     def __init__(self) -> None:
         disable_created_metrics()  # no *_created series: dashboards never use them (process-wide)
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self.requests = Counter(
             PREFIX + "requests",
-            "HTTP responses of the ingress by endpoint and status code",
+            "HTTP responses of this replica's API by endpoint and status code",
             ["endpoint", "status"],
             registry=r,
         )
@@ -126,13 +128,13 @@ class IngressMetrics:
         )
         r.register(_ServedCollector())
         self.policy_reachable = Gauge(
-            PREFIX + "ingress_policy_reachable",
-            "1 if the policy actor answered the last status/metrics call of this ingress",
+            PREFIX + "http_policy_reachable",
+            "1 if the policy actor answered the last status/metrics call of this replica",
             registry=r,
         )
         self.policy_restarts = Gauge(
-            PREFIX + "ingress_policy_restarts",
-            "Times Ray restarted the policy actor, as of the ingress's last status/metrics call",
+            PREFIX + "http_policy_restarts",
+            "Times Ray restarted the policy actor, as of this replica's last status/metrics call",
             registry=r,
         )
 
@@ -164,14 +166,14 @@ class _ServedCollector(Collector):
         yield family
 
 
-_METRICS: IngressMetrics | None = None
+_METRICS: HttpMetrics | None = None
 
 
-def ingress_metrics() -> IngressMetrics:
-    """This process's ingress metrics (one registry per process, shared by handlers and middleware)."""
+def http_metrics() -> HttpMetrics:
+    """This process's HTTP metrics (one registry per process, shared by handlers and middleware)."""
     global _METRICS
     if _METRICS is None:
-        _METRICS = IngressMetrics()
+        _METRICS = HttpMetrics()
     return _METRICS
 
 
@@ -202,7 +204,7 @@ class RequestCountMiddleware:
         if endpoint is None:
             await self.app(scope, receive, send)
             return
-        metrics, started = ingress_metrics(), time.monotonic()
+        metrics, started = http_metrics(), time.monotonic()
         code: int | None = None
         finished = gone = False
 
@@ -259,13 +261,13 @@ async def observe_stream(
     started: float,
     *,
     tokens: Callable[[], int | None],
-    metrics: IngressMetrics | None = None,
+    metrics: HttpMetrics | None = None,
 ) -> AsyncIterator[str]:
     """Pass an SSE body through as it came, timing it: TTFT at the first packet carrying a choice,
     TPOT over the last one. Per packet one substring search; nothing is parsed. `tokens()` gives
     the stream's completion tokens once it has ended (the server's tally: request_report.TallySlot).
     """
-    m = metrics or ingress_metrics()
+    m = metrics or http_metrics()
     first: float | None = None
     last = started
     async for raw in body:

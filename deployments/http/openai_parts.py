@@ -27,7 +27,6 @@ __all__ = [
     "TEXT_PART",
     "TOOL_CHOICE",
     "USER_CONTENT",
-    "ingress_only",
     "kind",
     "obj",
     "opt",
@@ -54,10 +53,6 @@ def req(node: Node) -> Prop:
 def opt(node: Node, doc: str = "", *, ignored: bool = False, extra: bool = False) -> Prop:
     """An optional field where null means the default."""
     return Prop(node, nullable=True, doc=doc, ignored=ignored, extra=extra)
-
-
-def ingress_only(node: Node, served: Node, why: str) -> Served:
-    return Served(node, served, why, ingress_only=True)
 
 
 # -- messages ---------------------------------------------------------------------------------

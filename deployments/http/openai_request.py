@@ -40,7 +40,6 @@ from deployments.http.openai_parts import (
     TEXT,
     TEXT_CONTENT,
     TOOL_CHOICE,
-    ingress_only,
     kind,
     obj,
     opt,
@@ -50,7 +49,6 @@ from deployments.http.schema import (
     Array,
     Boolean,
     Const,
-    Context,
     Integer,
     Never,
     Node,
@@ -85,9 +83,7 @@ INT64 = (-(2**63), 2**63 - 1)
 _STOP = OneOf((TEXT, Array(TEXT, max_items=4)))
 _SERVICE_TIER = Text(enum=("auto", "default", "flex", "scale", "priority", "fast"))
 _PENALTY = Number(minimum=-2, maximum=2)
-_ONE_CHOICE = ingress_only(
-    Integer(minimum=1, maximum=128), Const(1), "this app generates one choice per request"
-)
+_ONE_CHOICE = Served(Integer(minimum=1, maximum=128), Const(1), "this app generates one choice per request")
 _SHARED: dict[str, Prop] = {
     "model": req(TEXT),
     "frequency_penalty": opt(_PENALTY),
@@ -138,10 +134,8 @@ CHAT_REQUEST = Object(
     props={
         "messages": req(Array(MESSAGE, min_items=1)),
         **_SHARED,
-        "logprobs": opt(ingress_only(Boolean(), Const(False), "this app returns no logprobs")),
-        "top_logprobs": opt(
-            ingress_only(Integer(minimum=0, maximum=20), Const(0), "this app returns no logprobs")
-        ),
+        "logprobs": opt(Served(Boolean(), Const(False), "this app returns no logprobs")),
+        "top_logprobs": opt(Served(Integer(minimum=0, maximum=20), Const(0), "this app returns no logprobs")),
         "max_tokens": opt(Integer(minimum=1)),
         "max_completion_tokens": opt(Integer(minimum=1)),
         "modalities": opt(
@@ -220,9 +214,9 @@ COMPLETION_REQUEST = Object(
     props={
         "prompt": opt(PROMPT, "No prompt, null or an empty text: the start of a document."),
         **_SHARED,
-        "best_of": opt(ingress_only(Integer(minimum=0, maximum=20), Const(1), "one candidate per prompt")),
-        "echo": opt(ingress_only(Boolean(), Const(False), "this app does not echo the prompt")),
-        "logprobs": opt(ingress_only(Integer(minimum=0, maximum=5), Never(), "this app returns no logprobs")),
+        "best_of": opt(Served(Integer(minimum=0, maximum=20), Const(1), "one candidate per prompt")),
+        "echo": opt(Served(Boolean(), Const(False), "this app does not echo the prompt")),
+        "logprobs": opt(Served(Integer(minimum=0, maximum=5), Never(), "this app returns no logprobs")),
         "max_tokens": opt(
             Served(
                 Integer(minimum=0),
@@ -230,7 +224,7 @@ COMPLETION_REQUEST = Object(
                 "0 generates nothing: this app does not echo the prompt",
             )
         ),
-        "suffix": opt(ingress_only(TEXT, Const(""), "this app does not insert text (no suffix)")),
+        "suffix": opt(Served(TEXT, Const(""), "this app does not insert text (no suffix)")),
         **_EXTRAS,
         "json_schema": opt(TEXT, extra=True),
         "response_format": opt(RESPONSE_FORMAT, extra=True),
@@ -278,9 +272,7 @@ def _message(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def conform_chat(
-    body: dict[str, Any], *, model_id: str | None = None, restrict: bool = True
-) -> dict[str, Any]:
+def conform_chat(body: dict[str, Any], *, model_id: str | None = None) -> dict[str, Any]:
     """A chat body checked and normalized (see the module docstring); raises Refused."""
     _missing_model(body, model_id)
     messages = body.get("messages")
@@ -294,7 +286,7 @@ def conform_chat(
                 for m in messages
             ],
         }
-    out = _shared(conform(CHAT_REQUEST, body, "", Context(restrict=restrict)))
+    out = _shared(conform(CHAT_REQUEST, body))
     out["messages"] = [_message(m) for m in out["messages"]]
     return out
 
@@ -304,11 +296,10 @@ def conform_completion(
     *,
     model_id: str | None = None,
     document_start: str | None = None,
-    restrict: bool = True,
 ) -> dict[str, Any]:
     """A completions body checked and normalized (see the module docstring); raises Refused."""
     _missing_model(body, model_id)
-    out = _shared(conform(COMPLETION_REQUEST, body, "", Context(restrict=restrict)))
+    out = _shared(conform(COMPLETION_REQUEST, body))
     start = document_start or DEFAULT_PROMPT
     prompt = out.get("prompt", "")
     if prompt == "":

@@ -1,15 +1,15 @@
 """The app's HTTP routes and what its OpenAPI document says about them.
 
 Served: the OpenAI chat and completions routes, the model list, and the app's own
-`/specflip/status`, `/specflip/override` and `/metrics`. Ray's ingress also has routes for
+`/specflip/status`, `/specflip/override` and `/metrics`. Ray's OpenAI app also has routes for
 embeddings, transcriptions, scoring and (de)tokenizing; this app serves none of them (a
 generative EAGLE-3 model; Ray's tokenize handlers tokenize on the replica's event loop with no
 size bound): each answers 404 with that reason and is left out of the schema.
 
 Every route documents the statuses it answers, with the error body (`deployments.http.errors`);
 FastAPI's automatic 422 is removed where the app answers 400 instead. The chat and completions
-request bodies are the body guard's own schemas (`deployments.http.openai_request`, as the ingress
-data path serves them), not the request models': the document accepts what the app accepts.
+request bodies are the body guard's own schemas (`deployments.http.openai_request`), not the
+request models': the document accepts what the app accepts.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from deployments.http.control import OverrideRequest
 from deployments.http.errors import ErrorResponse
 from deployments.http.json_schema import json_schema
 from deployments.http.openai_request import CHAT_REQUEST, COMPLETION_REQUEST
-from deployments.http.schema import Context
 from deployments.ray_compat import DEFAULT_ENDPOINTS, ChatCompletionResponse, CompletionResponse
 
 __all__ = ["ENDPOINTS", "NOT_SERVED", "install_openapi"]
@@ -114,7 +113,7 @@ for _name, (_path, _why) in NOT_SERVED.items():
     ENDPOINTS[_name] = _hidden_post(_path)
 
 _ANSWERS_422 = {"/specflip/override"}
-# request bodies the body guard checks: their schema is the guard's (what the ingress serves)
+# request bodies the body guard checks: their schema is the guard's (what the app serves)
 REQUEST_BODIES = {
     "/v1/chat/completions": ("SpecflipChatCompletionRequest", CHAT_REQUEST),
     "/v1/completions": ("SpecflipCompletionRequest", COMPLETION_REQUEST),
@@ -136,7 +135,7 @@ def install_openapi(app: Any) -> None:
                         operation.get("responses", {}).pop("422", None)
                     if path in REQUEST_BODIES:  # the route takes the guard's checked body
                         name, node = REQUEST_BODIES[path]
-                        components[name] = json_schema(node, Context(restrict=True))
+                        components[name] = json_schema(node)
                         ref = {"$ref": f"#/components/schemas/{name}"}
                         operation["requestBody"] = {
                             "required": True,

@@ -11,8 +11,7 @@ raises `Refused` with a `Problem` (HTTP status, one line naming the field, the f
   property's `null_means`);
 - unknown properties of an object are refused by name;
 - `Served(node, served, why)`: a value OpenAI's schema (`node`) allows but this app serves only
-  in part (`served`); other values are refused with `why`. `ingress_only` ones are checked only
-  where `Context.restrict` is set (the ingress data path; the direct path's SGLang serves them).
+  in part (`served`); other values are refused with `why`.
 
 Pure: no I/O, no app imports.
 """
@@ -30,7 +29,6 @@ __all__ = [
     "Array",
     "Boolean",
     "Const",
-    "Context",
     "Integer",
     "Never",
     "Node",
@@ -59,11 +57,6 @@ class Refused(Exception):
     def __init__(self, problem: Problem) -> None:
         super().__init__(problem.message)
         self.problem = problem
-
-
-@dataclasses.dataclass(frozen=True)
-class Context:
-    restrict: bool = True  # check `Served(..., ingress_only=True)` too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +140,6 @@ class Served:
     node: Node
     served: Node
     why: str
-    ingress_only: bool = False
 
 
 Node = Union[Text, Integer, Number, Boolean, Const, Never, AnyJson, Array, Object, OneOf, Served]  # noqa: UP007
@@ -236,9 +228,8 @@ def _takes(node: Node, value: Any) -> bool:
     return isinstance(node, AnyJson)
 
 
-def conform(node: Node, value: Any, path: str = "", ctx: Context | None = None) -> Any:
+def conform(node: Node, value: Any, path: str = "") -> Any:
     """`value` checked against `node` and normalized; raises Refused naming the field."""
-    ctx = ctx or Context()
     if isinstance(node, Text):
         if not isinstance(value, str):
             raise _refuse(path, f"must be {describe(node)}, got {kind_of(value)}")
@@ -274,17 +265,16 @@ def conform(node: Node, value: Any, path: str = "", ctx: Context | None = None) 
     if isinstance(node, AnyJson):
         return value
     if isinstance(node, Array):
-        return _array(node, value, path, ctx)
+        return _array(node, value, path)
     if isinstance(node, Object):
-        return _object(node, value, path, ctx)
+        return _object(node, value, path)
     if isinstance(node, OneOf):
-        return _one_of(node, value, path, ctx)
-    value = conform(node.node, value, path, ctx)
-    if ctx.restrict or not node.ingress_only:
-        try:
-            conform(node.served, value, path, ctx)
-        except Refused:
-            raise _refuse(path, f"{_short(value)} is not supported: {node.why}") from None
+        return _one_of(node, value, path)
+    value = conform(node.node, value, path)
+    try:
+        conform(node.served, value, path)
+    except Refused:
+        raise _refuse(path, f"{_short(value)} is not supported: {node.why}") from None
     return value
 
 
@@ -301,7 +291,7 @@ def _range(node: Integer | Number, value: float, path: str) -> None:
         raise _refuse(path, f"must be {bound if low is not None else f'<= {high}'}, got {value}")
 
 
-def _array(node: Array, value: Any, path: str, ctx: Context) -> list[Any]:
+def _array(node: Array, value: Any, path: str) -> list[Any]:
     if not isinstance(value, list):
         raise _refuse(path, f"must be a list, got {kind_of(value)}")
     if node.min_items is not None and len(value) < node.min_items:
@@ -320,10 +310,10 @@ def _array(node: Array, value: Any, path: str, ctx: Context) -> list[Any]:
             return value
     if isinstance(items, Text) and items == Text() and all(type(v) is str for v in value):
         return value
-    return [conform(items, v, join(path, i), ctx) for i, v in enumerate(value)]
+    return [conform(items, v, join(path, i)) for i, v in enumerate(value)]
 
 
-def _object(node: Object, value: Any, path: str, ctx: Context) -> dict[str, Any]:
+def _object(node: Object, value: Any, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _refuse(path, f"must be an object, got {kind_of(value)}")
     if node.open:
@@ -337,8 +327,8 @@ def _object(node: Object, value: Any, path: str, ctx: Context) -> dict[str, Any]
                 hint = node.hints.get(key, "see /openapi.json for the fields this app accepts")
                 raise _refuse(where, f"is not a field of this request: {hint}")
             if node.keys is not None:
-                conform(node.keys, key, where, ctx)
-            out[key] = conform(node.values, item, where, ctx)
+                conform(node.keys, key, where)
+            out[key] = conform(node.values, item, where)
             continue
         if item is None:
             if not prop.nullable:
@@ -346,7 +336,7 @@ def _object(node: Object, value: Any, path: str, ctx: Context) -> dict[str, Any]
             if prop.null_means is not None:
                 out[key] = prop.null_means
             continue
-        checked = conform(prop.node, item, where, ctx)
+        checked = conform(prop.node, item, where)
         if not prop.ignored:
             out[key] = checked
     for key, prop in node.props.items():
@@ -355,7 +345,7 @@ def _object(node: Object, value: Any, path: str, ctx: Context) -> dict[str, Any]
     return out
 
 
-def _one_of(node: OneOf, value: Any, path: str, ctx: Context) -> Any:
+def _one_of(node: OneOf, value: Any, path: str) -> Any:
     fitting = [b for b in node.branches if _takes(b, value)]
     if not fitting:
         raise _refuse(path, f"must be {describe(node)}, got {kind_of(value)}")
@@ -367,14 +357,14 @@ def _one_of(node: OneOf, value: Any, path: str, ctx: Context) -> Any:
             if tag is None:
                 raise _refuse(where, f"is required: one of {', '.join(repr(t) for t in tagged)}")
             raise _refuse(where, f"must be one of {', '.join(repr(t) for t in tagged)}; got {_short(tag)}")
-        return conform(tagged[tag], value, path, ctx)
+        return conform(tagged[tag], value, path)
     # untagged branches of one type: those whose first item has the right type go first
     # (`[[1], []]` is a list of token-id lists with an empty one, not a list of texts)
     fitting.sort(key=lambda b: not _takes_first_item(b, value))
     first: Refused | None = None
     for branch in fitting:
         try:
-            return conform(branch, value, path, ctx)
+            return conform(branch, value, path)
         except Refused as refused:
             first = first or refused
     assert first is not None

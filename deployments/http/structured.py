@@ -2,8 +2,8 @@
 receives for each, and tool calls.
 
 Ray's `SGLangServer` passes SGLang only temperature, top_p, max_tokens and stop; the fields here
-would otherwise be dropped with a 200. The ingress runs `check_structured` (a 400 naming the field
-for what cannot be honoured); the replica adds `sampling_params(request)` to SGLang's sampling
+would otherwise be dropped with a 200. The replica's API runs `check_structured` (a 400 naming the
+field for what cannot be honoured); its server adds `sampling_params(request)` to SGLang's sampling
 params, where xgrammar enforces the constraint on every decode step, with speculation ON
 (verify) and OFF alike. The table of fields and their behaviour is in docs/structured_output.md.
 
@@ -18,7 +18,6 @@ Pure: plain data in and out, no SGLang import (request objects are read by attri
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 import re
@@ -29,7 +28,6 @@ from deployments.http.limits import explain_context_overflow
 
 __all__ = [
     "STRUCTURED_FIELDS",
-    "ToolCalls",
     "calls_tools",
     "carries_structured_fields",
     "check_structured",
@@ -64,14 +62,6 @@ STRUCTURED_FIELDS = (
     "logit_bias",
     "stop_regex",
 )
-
-
-class ToolCalls(enum.Enum):
-    """Who turns a tool-call answer into OpenAI `tool_calls`."""
-
-    JSON_ARRAY = "json_array"  # the replica (data path ingress): required / named only, no "auto"
-    SGLANG_PARSER = "sglang_parser"  # SGLang's own server with a tool_call_parser (direct): all of it
-    NONE = "none"  # SGLang's own server without a parser (direct): the call would come back as text
 
 
 def carries_structured_fields(raw: bytes) -> bool:
@@ -126,9 +116,7 @@ def _constraints(request: Any) -> list[str]:
     return found
 
 
-def check_structured(
-    request: Any, *, vocab_size: int | None = None, tool_calls: ToolCalls = ToolCalls.JSON_ARRAY
-) -> str | None:
+def check_structured(request: Any, *, vocab_size: int | None = None) -> str | None:
     """Reason the request's structured-output fields cannot be honoured (a 400), or None."""
     constraints = _constraints(request)
     if len(constraints) > 1:
@@ -148,7 +136,7 @@ def check_structured(
         spec = getattr(request.response_format, "json_schema", None)
         if spec is None or getattr(spec, "schema_", None) is None:
             return "response_format.json_schema.schema is required for type json_schema"
-    reason = _check_tools(request, tool_calls)
+    reason = _check_tools(request)
     if reason:
         return reason
     reason = _check_logit_bias(getattr(request, "logit_bias", None), vocab_size)
@@ -164,17 +152,11 @@ def _is_json_object(text: str) -> bool:
         return False
 
 
-def _check_tools(request: Any, tool_calls: ToolCalls) -> str | None:
+def _check_tools(request: Any) -> str | None:
+    """The replica answers a tool call itself, as SGLang's JSON array (`tool_call_schema`): only
+    tool_choice "required" or a named function (or "none") can be honoured."""
     tools = getattr(request, "tools", None) or []
     choice = getattr(request, "tool_choice", None)
-    if tool_calls is ToolCalls.SGLANG_PARSER:
-        return None  # SGLang's server checks and parses tool calls itself
-    if tool_calls is ToolCalls.NONE and _tools_active(request):
-        return (
-            "tools: SGLang's server answers tool calls as plain text without a tool-call parser: set "
-            "engine.extra.tool_call_parser for the model (direct data path), use serve.data_path "
-            "ingress, or send tool_choice 'none'"
-        )
     named = _tool_choice_name(choice)
     if (choice == "required" or named is not None) and not tools:
         return "tool_choice requires tools: send the functions in tools"

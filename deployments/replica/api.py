@@ -32,7 +32,7 @@ from deployments.http.control_routes import ControlRoutes
 from deployments.http.edge import bind_endpoints, edge_app
 from deployments.http.errors import error_response, fault_response, request_id_of, safe_stream
 from deployments.http.guard import checked_body
-from deployments.http.metrics import ingress_metrics, observe_stream
+from deployments.http.metrics import http_metrics, observe_stream
 from deployments.http.routes import NOT_SERVED
 from deployments.http.structured import check_structured, misplaced_fields
 from deployments.ray_compat import to_model_metadata
@@ -70,7 +70,7 @@ class ReplicaApi:
         self._card = to_model_metadata(self._model_id, llm_config)
         self._class_rule = config.routing.class_rule()
         self._vocab_size = model_config_int(config, "vocab_size")
-        self._metrics = ingress_metrics()
+        self._metrics = http_metrics()
         self._control = ControlRoutes(config, self._metrics, replica_id=server.replica_id)
 
     # -- generation ----------------------------------------------------------------------------

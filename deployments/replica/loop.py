@@ -75,7 +75,7 @@ class SpeculationLoop:
         # latency-class requests in flight here (the server counts them; the MIXED rule sizes from them)
         self.interactive_in_flight: Callable[[], int] = lambda: 0
         # this replica's HTTP-edge metric families, pushed to the policy actor every `metrics_push_s`
-        # (direct data path: the replica serves the API; None: nothing to push)
+        # (None: nothing to push)
         self.edge_metrics: Callable[[], list[Any]] | None = None
         self.metrics_push_s = 1.0
         self._pushed_at: float | None = None

@@ -123,12 +123,12 @@ class SpecFlipServer(SGLangServer):
     async def __serve_build_asgi_app__(self) -> Any:
         """The HTTP app this replica serves itself behind Serve's HAProxy (deployments.replica.api),
         wrapped in the replica's envelope (its id and mode on every response, the drain refusal)."""
-        from deployments.http.metrics import ingress_metrics
+        from deployments.http.metrics import http_metrics
         from deployments.replica.api import replica_app
 
         app = replica_app(self, self.config, self._llm_config)
         app.add_middleware(ReplicaEdge, server=self)
-        registry = ingress_metrics().registry
+        registry = http_metrics().registry
         self.loop.edge_metrics = lambda: list(registry.collect())
         return app
 
@@ -267,6 +267,6 @@ class SpecFlipServer(SGLangServer):
 
 
 def _count(report: Any) -> None:
-    from deployments.http.metrics import ingress_metrics
+    from deployments.http.metrics import http_metrics
 
-    ingress_metrics().observe_report(report)
+    http_metrics().observe_report(report)

@@ -1,5 +1,5 @@
 """What this process routed or served, counted: in Ray's ingress request router (LLMRouter, where
-deployments.routing.router runs) per request the replica and its mode, counts by class and mode, by reason
+deployments.routing.router runs) the requests routed by class and the chosen replica's mode, by reason
 and prefix-affinity hits; in a replica the requests it took by class and its mode. Both push their
 counts to the policy actor (`/metrics`, `/specflip/status`). It lives apart from the router because
 Serve pickles the router's module by value: state kept there would be a copy per decision.
@@ -8,9 +8,8 @@ Serve pickles the router's module by value: state kept there would be a copy per
 from __future__ import annotations
 
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
@@ -43,37 +42,28 @@ class Routed:
 
 
 class RoutingJournal:
-    """The last `size` routing decisions by Serve's internal request id; thread-safe (Serve may
-    route on its own event loop thread while the ingress handler reads)."""
+    """Routing decisions and served requests, counted; thread-safe (Serve may route on its own event
+    loop thread while the metrics push reads)."""
 
-    def __init__(self, size: int = 4096) -> None:
-        self._size = size
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, Routed] = OrderedDict()
         self.counts: Counter[tuple[str, str]] = Counter()  # (class, mode) -> requests routed
         self.reasons: Counter[str] = Counter()
         self.prefix: Counter[str] = Counter()  # "hit" / "miss" of prefix affinity
         self.served: Counter[tuple[str, str]] = Counter()  # (class, mode) -> requests a replica took
 
-    def record(self, request_id: str, routed: Routed) -> None:
+    def record(self, routed: Routed) -> None:
         with self._lock:
-            self._entries[request_id] = routed
-            if len(self._entries) > self._size:
-                self._entries.popitem(last=False)
             self.counts[(routed.request_class.value, routed.mode)] += 1
             self.reasons[routed.reason.name.lower()] += 1
             if routed.prefix_hit is not None:
                 self.prefix["hit" if routed.prefix_hit else "miss"] += 1
 
     def count_served(self, request_class: RequestClass, mode: str) -> None:
-        """A request a replica took from its own HTTP server (direct data path): routed there by
-        Ray's ingress request router in another process, counted here by class and mode."""
+        """A request a replica took from its own HTTP server: routed there by Ray's ingress request
+        router in another process, counted here by class and mode."""
         with self._lock:
             self.served[(request_class.value, mode)] += 1
-
-    def pop(self, request_id: str) -> Routed | None:
-        with self._lock:
-            return self._entries.pop(request_id, None)
 
     def counts_copy(self) -> dict[tuple[str, str], int]:
         with self._lock:
@@ -90,17 +80,6 @@ class RoutingJournal:
     def prefix_copy(self) -> dict[str, int]:
         with self._lock:
             return {"hit": self.prefix["hit"], "miss": self.prefix["miss"]}
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            by_class: dict[str, dict[str, int]] = {}
-            for (cls, mode), n in sorted(self.counts.items()):
-                by_class.setdefault(cls, {})[mode] = n
-            return {
-                "by_class_and_mode": by_class,
-                "by_reason": dict(sorted(self.reasons.items())),
-                "prefix_affinity": {"hits": self.prefix["hit"], "misses": self.prefix["miss"]},
-            }
 
 
 JOURNAL = RoutingJournal()

@@ -1,23 +1,25 @@
 """`SpecFlipRouter`: a Ray Serve request router (`ray.serve.request_router.RequestRouter`) that
 sends latency-class requests to speculation-ON replicas and throughput-class ones to OFF replicas.
 
-Ray Serve runs it wherever a handle to the replica deployment routes: in the ingress process
-(`serve.data_path: ingress`; the handle call's args are the parsed request and Ray's
-`RawRequestInfo` with the HTTP headers) or in Ray's `LLMRouter` (`direct`; HAProxy forwards the
-body, parsed into a namespace, but not the headers). The app sets it through the replica
-deployment's `request_router_config` (deployments.app). Replicas publish `ReplicaStats` through
-Serve's `record_routing_stats` (deployments.replica.server); `policy.routing` ranks. Within a rank, Ray's
-own machinery probes queue lengths and takes the shortest queue with room.
+Ray Serve runs it where requests to the replica deployment are routed: in Ray's `LLMRouter`, the
+ingress request router HAProxy asks for a replica per POST (direct streaming, docs/architecture.md
+"Data flow"), where a request's args are the body parsed into a namespace (forwarded with
+`routing.class_routing` only) and its class header arrives as Serve's session id; a handle call's
+args are the parsed request and Ray's `RawRequestInfo` with the HTTP headers. The app sets it
+through the replica deployment's `request_router_config` (deployments.app). Replicas publish
+`ReplicaStats` through Serve's `record_routing_stats` (deployments.replica.server); `policy.routing`
+ranks. Within a rank, Ray's own machinery probes queue lengths and takes the shortest queue with
+room.
 
 Prefix-cache affinity: the router remembers which replica it sent each prompt to (the first
 `affinity_chars` characters, in Ray's own prefix tree, kept in this process) and hands
 `policy.routing.rank` the replicas holding a new request's longest known prefix; the ranking keeps
-them first only within the request's mode and a load gap. Each routing process (one ingress, or
-Ray's LLMRouter on the direct path) learns from what it routed itself.
+them first only within the request's mode and a load gap. Each routing process (each LLMRouter
+replica) learns from what it routed itself.
 
 Serve pickles this module by value (RequestRouterConfig), so it holds no state of its own: what it
-routed goes to `deployments.routing.journal.JOURNAL` (imported by reference, one per process),
-which the ingress turns into response headers, `/specflip/status` and `/metrics`.
+routed is counted in `deployments.routing.journal.JOURNAL` (imported by reference, one per
+process), whose counts it pushes to the policy actor, which serves them on every replica's `/metrics`.
 """
 
 from __future__ import annotations
@@ -292,8 +294,7 @@ class SpecFlipRouter(RequestRouter):
             self._affinity_broken()
             hit = None
         routing_journal.JOURNAL.record(  # through the module: an instance would be pickled by value
-            pending_request.metadata.internal_request_id,
-            Routed(_replica_tag(replica_id), mode, cls, reason, prefix_hit=hit),
+            Routed(_replica_tag(replica_id), mode, cls, reason, prefix_hit=hit)
         )
         self._push_counts()
 

@@ -35,7 +35,6 @@ from deployments.http.schema import (
     Array,
     Boolean,
     Const,
-    Context,
     Integer,
     Never,
     Node,
@@ -206,7 +205,7 @@ def unserved(rng: random.Random, *, chat: bool, model: str) -> list[Case]:
         for _ in range(50):  # a value of OpenAI's node the served node refuses
             value = _Gen(rng, served=False).value(served.node, where.rsplit(".", 1)[-1])
             try:
-                conform(served.served, value, where, Context())
+                conform(served.served, value, where)
             except Refused:
                 break
         else:

@@ -14,15 +14,15 @@ from fastapi.testclient import TestClient
 from starlette.responses import JSONResponse
 
 from deployments.http.metrics import (
-    IngressMetrics,
+    HttpMetrics,
     RequestCountMiddleware,
     endpoint_of,
-    ingress_metrics,
+    http_metrics,
     observe_stream,
 )
 
 
-def _value(metrics: IngressMetrics, line_start: str) -> float:
+def _value(metrics: HttpMetrics, line_start: str) -> float:
     found = re.search(re.escape(line_start) + r" ([0-9.e+-]+)", metrics.text())
     return float(found.group(1)) if found else 0.0
 
@@ -53,7 +53,7 @@ def test_middleware_counts_every_status_including_errors_raised_by_handlers() ->
         return JSONResponse({}, status_code=200 if ok else 400)
 
     app.add_middleware(RequestCountMiddleware)
-    metrics = ingress_metrics()
+    metrics = http_metrics()
     before = {
         c: _value(metrics, f'specflip_requests_total{{endpoint="/v1/completions",status="{c}"}}')
         for c in ("200", "400", "422", "500")
@@ -90,7 +90,7 @@ USAGE = {
 def test_stream_timing_and_the_servers_token_count(client_asked_usage: bool) -> None:
     """Packets pass as they came (a usage chunk the client asked for included); the token count
     comes from the server's tally, read once the stream has ended."""
-    metrics = IngressMetrics()
+    metrics = HttpMetrics()
     events: list[dict | str] = [
         _chunk("a"),
         _chunk("bc"),
@@ -125,7 +125,7 @@ def test_stream_timing_and_the_servers_token_count(client_asked_usage: bool) -> 
 
 
 def test_a_stream_the_server_counted_no_tokens_for_has_no_tpot() -> None:
-    metrics = IngressMetrics()
+    metrics = HttpMetrics()
 
     async def run() -> None:
         async for _ in observe_stream(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from deployments.http.metrics import IngressMetrics
+from deployments.http.metrics import HttpMetrics
 from deployments.routing.journal import JOURNAL, Routed, routed_families
 from patched_worker.state import Strategy
 from policy.metrics import PolicyMetrics
@@ -32,11 +32,11 @@ def _documented() -> dict[str, tuple[str, str]]:
 
 
 def _emitted() -> dict[str, tuple[str, str]]:
-    ingress = IngressMetrics()
-    ingress.requests.labels("/v1/completions", "200").inc()
-    for h in (ingress.duration, ingress.ttft, ingress.tpot):
+    edge = HttpMetrics()
+    edge.requests.labels("/v1/completions", "200").inc()
+    for h in (edge.duration, edge.ttft, edge.tpot):
         h.labels("/v1/completions").observe(0.1)
-    ingress.output_tokens.labels("/v1/completions").inc(3)
+    edge.output_tokens.labels("/v1/completions").inc(3)
     engine = speculation_state(
         enabled=False, requested=False, toggles=2, accept_length_ema=None, on_steps=10, off_steps=5, resyncs=1,
         running=4, waiting=1, strategy_configured=Strategy.WARM_KV, off_cuda_graphs=True,
@@ -64,8 +64,8 @@ def _emitted() -> dict[str, tuple[str, str]]:
     policy.observe_tick(1e-4, 0)
     # what /metrics serves: the actor's registry with every replica's edge families and the request
     # router's counts, as they push them
-    policy.edge.push("r1", list(ingress.registry.collect()))
-    JOURNAL.record("req", Routed("r1", "on", RequestClass.INTERACTIVE, RankReason.PREFERRED, prefix_hit=True))
+    policy.edge.push("r1", list(edge.registry.collect()))
+    JOURNAL.record(Routed("r1", "on", RequestClass.INTERACTIVE, RankReason.PREFERRED, prefix_hit=True))
     policy.edge.push("router:1", routed_families())
     found: dict[str, tuple[str, str]] = {}
     for family in text_string_to_metric_families(policy.text()):
@@ -81,5 +81,5 @@ def test_the_metrics_doc_lists_exactly_the_emitted_families_types_and_labels() -
     assert _documented() == _emitted()
 
 
-def test_the_ingress_emits_no_created_series() -> None:
-    assert "_created" not in IngressMetrics().text()
+def test_the_http_edge_emits_no_created_series() -> None:
+    assert "_created" not in HttpMetrics().text()

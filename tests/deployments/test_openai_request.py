@@ -341,21 +341,6 @@ def test_refused_bodies_name_the_field(
     assert problem.status == 400 and fragment in problem.message and problem.param == param, problem
 
 
-@pytest.mark.parametrize(
-    ("endpoint", "extra"),
-    [
-        ("chat", {"n": 3, "logprobs": True, "top_logprobs": 5}),
-        ("completions", {"echo": True, "logprobs": 2, "n": 2}),
-    ],
-)
-def test_the_direct_data_path_passes_on_what_sglangs_server_serves(
-    endpoint: str, extra: dict[str, Any]
-) -> None:
-    conform = conform_chat if endpoint == "chat" else conform_completion
-    body = {**(CHAT if endpoint == "chat" else TEXT), **extra}
-    assert conform(body, restrict=False) == body
-
-
 def test_every_refusal_by_design_is_listed_in_the_docs() -> None:
     """Each value OpenAI allows and this app refuses (a `Served` node) is in
     docs/structured_output.md's "Refused by design" table, under its field's name."""

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from deployments.config import SpecFlipConfig
-from deployments.http.metrics import ingress_metrics
+from deployments.http.metrics import http_metrics
 from deployments.http.request_report import Tally
 from deployments.local import LocalApp, wait_until
 from deployments.replica.generate import sse
@@ -128,7 +128,7 @@ def test_a_non_streamed_response_carries_the_report_unless_opted_out(request_rep
         server.loop.applied_flips = 1  # type: ignore[attr-defined]  # the loop flipped meanwhile
         yield {**answer, "usage": dict(usage)}
 
-    before = ingress_metrics().request_modes.labels("both")._value.get()
+    before = http_metrics().request_modes.labels("both")._value.get()
     (dumped,) = _collect(server, request, fake_answer(), tally)  # the dict the API sends as JSON
     assert dumped["id"] == "cmpl-1"
     assert {k: dumped["usage"][k] for k in usage} == usage
@@ -136,7 +136,7 @@ def test_a_non_streamed_response_carries_the_report_unless_opted_out(request_rep
         assert dumped["usage"]["specflip"] == {"modes": ["off", "on"], "accept_length": 2.0, "flipped": True}
     else:
         assert "specflip" not in dumped["usage"]
-    assert ingress_metrics().request_modes.labels("both")._value.get() == before + 1  # counted either way
+    assert http_metrics().request_modes.labels("both")._value.get() == before + 1  # counted either way
 
 
 # -- the real app ---------------------------------------------------------------------------------

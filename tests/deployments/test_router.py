@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from deployments.ray_compat import standalone_request_router
-from deployments.routing.journal import JOURNAL
+from deployments.routing.journal import routed_families
 from deployments.routing.router import SpecFlipRouter, prompt_text
 from policy.routing import ReplicaStats
 from policy.types import SpecMode
@@ -59,6 +59,23 @@ def _fleet(replica_id: Any, modes: list[SpecMode], loads: list[int]) -> list[Any
     ]
 
 
+def _counted() -> dict[str, float]:
+    """The router's counters as it pushes them to the policy actor (`/metrics`), by sample."""
+    return {
+        s.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items())) + "}": s.value
+        for family in routed_families()
+        for s in family.samples
+    }
+
+
+def _counted_since(before: dict[str, float]) -> dict[str, float]:
+    """The counters that moved since `before`, by how much."""
+    return {k: v - before.get(k, 0) for k, v in _counted().items() if v != before.get(k, 0)}
+
+
+HIT, MISS = 'specflip_routed_prefix_total{result="hit"}', 'specflip_routed_prefix_total{result="miss"}'
+
+
 def _pending(prompt: str, cls: str, request_id: str) -> Any:
     from ray.serve.request_router import PendingRequest
 
@@ -77,14 +94,16 @@ def test_a_shared_prefix_goes_back_to_its_replica_within_the_class_mode() -> Non
         ranks, _, _ = router.rank_candidates(fleet, first)
         assert ranks[0] == [on_a, on_b]  # nothing known yet: least loaded ON first
         # Serve took the second ON replica (say its queue was shorter): its prefix is now known there
+        before = _counted()
         router.on_request_routed(first, on_b.replica_id, None)
-        assert JOURNAL.pop("req-1").prefix_hit is False  # type: ignore[union-attr]
+        assert _counted_since(before)[MISS] == 1 and HIT not in _counted_since(before)
 
         again = _pending(SYSTEM + "Question two?", "interactive", "req-2")
         ranks, _, _ = router.rank_candidates(fleet, again)
         assert ranks == [[on_b], [on_a], [off_c]]  # the holder alone first, then the rest
+        before = _counted()
         router.on_request_routed(again, on_b.replica_id, None)
-        assert JOURNAL.pop("req-2").prefix_hit is True  # type: ignore[union-attr]
+        assert _counted_since(before)[HIT] == 1 and MISS not in _counted_since(before)
 
         # a batch request with the same prefix still goes to the OFF replica: no fight with the class
         batch = _pending(SYSTEM + "Summarise everything.", "batch", "req-3")
@@ -112,7 +131,6 @@ def test_a_busy_holder_gives_way_and_a_gone_replica_is_forgotten(monkeypatch: py
             [on_a, on_b, off_c], _pending(SYSTEM + "q2", "interactive", "r2")
         )
         assert ranks[0] == [on_a, on_b]  # the holder carries 9 > 0 + 4: plain least-loaded ranking
-        assert JOURNAL.pop("r1") is not None
         router.update_replicas([on_a, off_c])  # on_b left the deployment
         assert str(on_b.replica_id.unique_id) not in router._tree.tenant_to_char_count
 
@@ -135,8 +153,11 @@ def test_a_failing_prefix_tree_never_fails_a_routing_decision() -> None:
         ranks, _, _ = router.rank_candidates(fleet, _pending(SYSTEM, "interactive", "b1"))
         assert ranks == [[fleet[0]], [fleet[1]]]  # the class ranking, without affinity
         assert router._tree is None  # switched off after the failure
+        before = _counted()
         router.on_request_routed(_pending(SYSTEM, "interactive", "b2"), fleet[0].replica_id, None)
-        assert JOURNAL.pop("b2").prefix_hit is None  # type: ignore[union-attr]
+        moved = _counted_since(before)  # routed and counted, but neither a prefix hit nor a miss
+        assert sum(v for k, v in moved.items() if k.startswith("specflip_routed_requests_total")) == 1
+        assert HIT not in moved and MISS not in moved
 
     asyncio.run(run())
 
@@ -150,14 +171,14 @@ def test_the_prefix_holders_of_requests_never_routed_are_dropped_oldest_first() 
 
     async def run() -> None:
         router.on_request_routed(_pending(SYSTEM + "seed", "interactive", "seed"), on_b.replica_id, None)
-        JOURNAL.pop("seed")
         for i in range(4096):  # rankings without a pick
             router.rank_candidates(fleet, _pending(SYSTEM + f"q{i}", "interactive", f"gone-{i}"))
         live = _pending(SYSTEM + "the live one", "interactive", "live")
         router.rank_candidates(fleet, live)
         assert "live" in router._holders and "gone-0" not in router._holders and len(router._holders) == 4096
+        before = _counted()
         router.on_request_routed(live, on_b.replica_id, None)
-        assert JOURNAL.pop("live").prefix_hit is True  # type: ignore[union-attr]
+        assert _counted_since(before)[HIT] == 1
 
     asyncio.run(run())
 
@@ -175,10 +196,10 @@ def test_a_routed_request_is_classified_once(monkeypatch: pytest.MonkeyPatch) ->
 
     async def run() -> None:
         router.update_replicas(fleet)  # type: ignore[arg-type]
+        before = _counted()
         ranks = await router.choose_replicas(fleet, _pending("Summarise it.", "batch", "req-once"))
         assert ranks[0] == [fleet[1]]  # batch -> OFF
-        routed = JOURNAL.pop("req-once")
-        assert routed is not None and routed.request_class.value == "batch" and routed.mode == "off"
+        assert _counted_since(before)['specflip_routed_requests_total{class="batch",mode="off"}'] == 1
 
     asyncio.run(run())
     assert calls == ["classify"]

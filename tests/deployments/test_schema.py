@@ -13,7 +13,6 @@ from deployments.http.schema import (
     Array,
     Boolean,
     Const,
-    Context,
     Integer,
     Never,
     Number,
@@ -35,9 +34,7 @@ BODY = Object(
         "temperature": Prop(Number(minimum=0, maximum=2), nullable=True),
         "penalty": Prop(Number(minimum=0, maximum=2, exclusive_minimum=True)),
         "stream": Prop(Boolean(), nullable=True),
-        "n": Prop(
-            Served(Integer(minimum=1, maximum=128), Const(1), "one choice", ingress_only=True), nullable=True
-        ),
+        "n": Prop(Served(Integer(minimum=1, maximum=128), Const(1), "one choice"), nullable=True),
         "audio": Prop(Served(Object(open=True), Never(), "text only"), nullable=True),
         "name": Prop(Text(pattern=r"[a-z]{1,3}")),
         "stop": Prop(OneOf((Text(), Array(Text(), max_items=2))), nullable=True),
@@ -118,12 +115,6 @@ def test_a_missing_required_field_is_named() -> None:
     assert refused.value.problem.param == "model" and "is required" in refused.value.problem.message
 
 
-def test_ingress_only_restrictions_apply_only_where_asked() -> None:
-    assert conform(BODY, {**OK, "n": 3}, ctx=Context(restrict=False)) == {**OK, "n": 3}
-    with pytest.raises(Refused):  # not ingress-only: refused everywhere
-        conform(BODY, {**OK, "audio": {}}, ctx=Context(restrict=False))
-
-
 def test_the_json_schema_describes_what_is_accepted() -> None:
     schema = json_schema(BODY)
     props = schema["properties"]
@@ -136,8 +127,6 @@ def test_the_json_schema_describes_what_is_accepted() -> None:
     assert props["parts"]["items"]["properties"]["type"] == {"type": "string", "enum": ["text"]}
     assert props["bias"]["propertyNames"]["pattern"] == "^[0-9]+$"
     assert "no effect" in props["store"]["description"]
-    # the direct data path's view: ingress-only restrictions off
-    assert json_schema(BODY, Context(restrict=False))["properties"]["n"]["anyOf"][0]["maximum"] == 128
 
 
 def test_a_long_token_id_list_is_checked_in_one_pass() -> None:

@@ -284,7 +284,7 @@ def test_metrics_are_prometheus_text_with_request_latency_and_per_replica_series
         "specflip_ttft_seconds_bucket",
         "specflip_tpot_seconds_bucket",
         "specflip_output_tokens_total",
-        "specflip_ingress_policy_reachable",
+        "specflip_http_policy_reachable",
     ):
         assert name in text, name
     # every replica's own series, with its id as a label, from one scrape of any replica

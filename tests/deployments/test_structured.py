@@ -1,6 +1,6 @@
 """Structured-output request handling, pure (no engine): what SGLang gets per field, the 400s and
-their messages on both data paths, tool-call answers. The HTTP behaviour on the real app is in
-test_serve_structured.py (ingress) and test_serve_direct.py (direct)."""
+their messages, tool-call answers. The HTTP behaviour on the real app is in
+test_serve_structured.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from deployments.http import structured
-from deployments.http.structured import ToolCalls, check_structured, sampling_params
+from deployments.http.structured import check_structured, sampling_params
 from deployments.ray_compat import ChatCompletionRequest, CompletionRequest
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -63,33 +63,30 @@ def test_tool_calls_are_constrained_to_sglangs_json_array_and_parsed_back() -> N
 
 
 @pytest.mark.parametrize(
-    ("request_", "tool_calls", "words"),
+    ("request_", "words"),
     [
-        (text(regex="a", json_schema="{}"), ToolCalls.JSON_ARRAY, "regex and json_schema"),
-        (chat(tools=[TOOL]), ToolCalls.JSON_ARRAY, "tool_choice 'auto'"),
-        (chat(tools=[TOOL], tool_choice="required"), ToolCalls.NONE, "tools: SGLang's server"),
-        (chat(tools=[TOOL]), ToolCalls.NONE, "engine.extra.tool_call_parser"),
-        (chat(tool_choice="required"), ToolCalls.JSON_ARRAY, "tool_choice requires tools"),
-        (chat(logit_bias={"x": 1}), ToolCalls.JSON_ARRAY, "logit_bias keys must be token ids"),
-        (chat(logit_bias={"5": 101}), ToolCalls.JSON_ARRAY, "logit_bias values must be between"),
-        (text(stop_regex="("), ToolCalls.JSON_ARRAY, "stop_regex '(' is not a valid"),
-        (text(json_schema="[]"), ToolCalls.JSON_ARRAY, "json_schema must be a JSON schema"),
+        (text(regex="a", json_schema="{}"), "regex and json_schema"),
+        (chat(tools=[TOOL]), "send tool_choice 'required'"),  # "auto": what to send instead
+        (chat(tools=[TOOL], tool_choice="auto"), "send tool_choice 'required'"),
+        (chat(tool_choice="required"), "tool_choice requires tools"),
+        (chat(logit_bias={"x": 1}), "logit_bias keys must be token ids"),
+        (chat(logit_bias={"5": 101}), "logit_bias values must be between"),
+        (text(stop_regex="("), "stop_regex '(' is not a valid"),
+        (text(json_schema="[]"), "json_schema must be a JSON schema"),
     ],
 )
-def test_what_cannot_be_honoured_is_refused_naming_the_field(
-    request_: Any, tool_calls: ToolCalls, words: str
-) -> None:
-    reason = check_structured(request_, vocab_size=1000, tool_calls=tool_calls)
+def test_what_cannot_be_honoured_is_refused_naming_the_field(request_: Any, words: str) -> None:
+    reason = check_structured(request_, vocab_size=1000)
     assert reason is not None and words in reason, reason
 
 
 @pytest.mark.parametrize(
     "request_",
     [
-        chat(tools=[TOOL]),  # auto: SGLang's parser finds calls in free text
         chat(tools=[TOOL], tool_choice="required"),
+        chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "add"}}),
         chat(tools=[TOOL], tool_choice="none"),
     ],
 )
-def test_with_sglangs_tool_call_parser_tool_calls_are_sglangs_business(request_: Any) -> None:
-    assert check_structured(request_, tool_calls=ToolCalls.SGLANG_PARSER) is None
+def test_tool_choices_the_replica_answers_as_a_json_array_pass(request_: Any) -> None:
+    assert check_structured(request_) is None

@@ -108,7 +108,7 @@ def test_killing_the_policy_actor_under_load_loses_no_request_and_ray_restarts_t
         s.value
         for f in text_string_to_metric_families(text)
         for s in f.samples
-        if s.name == "specflip_ingress_policy_restarts"
+        if s.name == "specflip_http_policy_restarts"
     ]
     assert 1.0 in restarts and set(restarts) <= {0.0, 1.0}, restarts
 

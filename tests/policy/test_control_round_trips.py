@@ -20,7 +20,7 @@ import ray
 from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
 from deployments.http import control_routes
 from deployments.http.control_routes import ControlRoutes
-from deployments.http.metrics import IngressMetrics
+from deployments.http.metrics import HttpMetrics
 from deployments.routing.journal import JOURNAL
 from policy.routing import RequestClass
 
@@ -60,7 +60,7 @@ def _routes(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> ControlRoutes:
     config = SpecFlipConfig.model_validate(
         {"model": {"path": "/m"}, "policy": {"actor_name": f"specflip-policy-{uuid.uuid4().hex[:8]}"}}
     )
-    routes = ControlRoutes(config, IngressMetrics(), replica_id="replica-a")
+    routes = ControlRoutes(config, HttpMetrics(), replica_id="replica-a")
     routes._policy = _Counted(routes._policy, calls)
     real_restarts = control_routes.actor_restarts
 
