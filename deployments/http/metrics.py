@@ -126,6 +126,12 @@ class HttpMetrics:
             buckets=_ACCEPT_BUCKETS,
             registry=r,
         )
+        self.streams_windowed = Counter(
+            PREFIX + "streams_windowed",
+            "Streams that switched to one packet per stream_batching_interval_ms because the "
+            "replica's event loop ran behind (deployments.replica.coalesce)",
+            registry=r,
+        )
         r.register(_ServedCollector())
         self.policy_reachable = Gauge(
             PREFIX + "http_policy_reachable",

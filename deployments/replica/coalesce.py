@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 __all__ = ["BEHIND_S", "LoopLag", "coalesce"]
@@ -81,7 +81,12 @@ class LoopLag:
 
 
 async def coalesce(
-    source: AsyncIterator[T], interval_s: float, *, behind_s: float = BEHIND_S, lag: LoopLag | None = None
+    source: AsyncIterator[T],
+    interval_s: float,
+    *,
+    behind_s: float = BEHIND_S,
+    lag: LoopLag | None = None,
+    on_windows: Callable[[], None] | None = None,
 ) -> AsyncIterator[list[T]]:
     """Yield `source`'s items in lists: each as soon as it is read while `lag` (the loop's, shared
     by a replica's streams; a private one if None) stays at or below `behind_s`; once above, at most
@@ -90,7 +95,8 @@ async def coalesce(
     Order is kept, nothing is dropped, an error from `source` is raised after the items before
     it. `interval_s <= 0` passes every item through alone; `behind_s <= 0` always coalesces per
     window. Closing this generator (a client that went away) cancels the read of `source`, as
-    closing `source` directly would.
+    closing `source` directly would. `on_windows` is called once if the stream switches to
+    windows (the replica counts it: `specflip_streams_windowed_total`).
     """
     if interval_s <= 0:
         async for item in source:
@@ -112,6 +118,8 @@ async def coalesce(
             yield [item]
         # behind: windows, the source read on by a task while the consumer waits
         windows = True
+        if on_windows is not None:
+            on_windows()
         async for batch in _windows(items, interval_s, behind_s, lag, last_yield):
             yield batch
     finally:

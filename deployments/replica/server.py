@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
 from deployments.http.limits import limits_for
+from deployments.http.metrics import http_metrics
 from deployments.http.request_report import Tally, chunk_id
 from deployments.ray_compat import (
     SGLangServer,
@@ -123,7 +124,6 @@ class SpecFlipServer(SGLangServer):
     async def __serve_build_asgi_app__(self) -> Any:
         """The HTTP app this replica serves itself behind Serve's HAProxy (deployments.replica.api),
         wrapped in the replica's envelope (its id and mode on every response, the drain refusal)."""
-        from deployments.http.metrics import http_metrics
         from deployments.replica.api import replica_app
 
         app = replica_app(self, self.config, self._llm_config)
@@ -225,7 +225,8 @@ class SpecFlipServer(SGLangServer):
                 yield item
             return
         window_s, lag_s = serve.stream_batching_interval_ms / 1e3, serve.stream_batching_lag_ms / 1e3
-        async for batch in coalesce(items, window_s, behind_s=lag_s, lag=self._loop_lag):
+        windowed = http_metrics().streams_windowed.inc
+        async for batch in coalesce(items, window_s, behind_s=lag_s, lag=self._loop_lag, on_windows=windowed):
             yield batch
 
     def _flips(self) -> int:
@@ -267,6 +268,4 @@ class SpecFlipServer(SGLangServer):
 
 
 def _count(report: Any) -> None:
-    from deployments.http.metrics import http_metrics
-
     http_metrics().observe_report(report)

@@ -228,3 +228,21 @@ def test_the_loop_lag_is_near_zero_on_a_free_loop_and_grows_with_a_backlog() -> 
     free, busy, idle = asyncio.run(run())
     assert busy > 0.01 > free, (free, busy)
     assert idle == 0.0  # no stream open: the watcher stopped, the next stream starts at once
+
+
+@pytest.mark.parametrize(("lag_s", "switches"), [(1.0, 1), (0.0, 0)], ids=["behind", "keeping-up"])
+def test_a_stream_that_falls_back_to_windows_is_reported_once(lag_s: float, switches: int) -> None:
+    """`on_windows` (what the replica counts as specflip_streams_windowed_total) fires once for a
+    stream that switched to windows, however many windows it then sent, and never for one that
+    kept up."""
+    lag, calls = SetLag(), []
+    lag.lag_s = lag_s
+
+    async def run() -> list[list[int]]:
+        return [
+            b async for b in coalesce(_ticks(40, 0.003), 0.02, lag=lag, on_windows=lambda: calls.append(1))
+        ]
+
+    out = asyncio.run(run())
+    assert [i for batch in out for i in batch] == list(range(40))
+    assert len(calls) == switches
