@@ -186,6 +186,8 @@ def _check_common(body: dict[str, Any], limits: ModelLimits) -> Problem | None:
         if problem is not None:
             return problem
     min_tokens = body.get("min_tokens")
+    if min_tokens is not None and context is not None and min_tokens > context:  # an int32 tensor in SGLang
+        return _bad(f"min_tokens {min_tokens} exceeds the model's context length {context}", "min_tokens")
     if min_tokens is not None:
         for name in ("max_tokens", "max_completion_tokens"):
             top = body.get(name)

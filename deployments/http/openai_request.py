@@ -75,6 +75,7 @@ __all__ = [
 ]
 
 DEFAULT_PROMPT = "<|endoftext|>"  # OpenAI's, for a model whose BOS token is unknown
+TOP_K_MAX = 2**30  # SGLang's TOP_K_ALL: -1 becomes it
 TOP_P_ZERO = 1e-9  # keeps exactly the most likely token (its probability is at least 1/vocab)
 INT64 = (-(2**63), 2**63 - 1)
 
@@ -104,7 +105,9 @@ _SHARED: dict[str, Prop] = {
 # SGLang sampling extras the replica passes on (deployments.replica.server) and structured output
 # (deployments.http.structured)
 _EXTRA_NODES: dict[str, Node] = {
-    "top_k": Integer(minimum=-1),
+    # SGLang keeps top_k in an int32 tensor: 2**31 killed the replica's scheduler; -1 and any
+    # value up to 2**30 (SGLang's own "whole vocabulary") are served
+    "top_k": Integer(minimum=-1, maximum=TOP_K_MAX),
     "min_p": Number(minimum=0, maximum=1),
     "min_tokens": Integer(minimum=0),
     "repetition_penalty": Number(minimum=0, maximum=2, exclusive_minimum=True),

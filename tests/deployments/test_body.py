@@ -228,3 +228,24 @@ def test_sglangs_context_refusal_counts_the_input_as_sent_and_names_the_field(
     """Issue 20: SGLang counts the reserved speculative tokens as input (an input 4 tokens longer
     than sent) and says "input messages" on /v1/completions."""
     assert explain_context_overflow(message, field=field) == expected
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"top_k": 2**30}, None),  # SGLang's own "whole vocabulary"
+        ({"top_k": -1}, None),
+        ({"top_k": 2**30 + 1}, "top_k"),
+        ({"top_k": 28688198248}, "top_k"),  # the fuzzer's: killed the replica's scheduler (int32)
+        ({"min_tokens": 2**31}, "min_tokens"),  # the same tensor kind, with no max_tokens to bound it
+        ({"min_tokens": 2}, None),
+    ],
+)
+def test_sampling_integers_stay_within_what_sglangs_tensors_hold(
+    extra: dict[str, Any], param: str | None
+) -> None:
+    answer = check_body("completions", {"model": "m", "prompt": "a", **extra}, LIMITS)
+    if param is None:
+        assert not isinstance(answer, Problem), answer
+    else:
+        assert isinstance(answer, Problem) and answer.status == 400 and answer.param == param, answer

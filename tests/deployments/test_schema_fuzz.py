@@ -59,6 +59,10 @@ FOUND: list[tuple[str, dict[str, Any]]] = [
         {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": {}}},
     ),
     ("/v1/completions", {"model": MODEL, "prompt": "a", "response_format": {"type": []}}),
+    # the CLI's fuzzing phase: a top_k beyond int32 killed the replica's scheduler (500, then a
+    # restart); min_tokens beyond int32 without max_tokens is the same tensor's kind
+    ("/v1/completions", {"model": MODEL, "prompt": "a", "max_tokens": 2, "top_k": 28688198248}),
+    ("/v1/completions", {"model": MODEL, "prompt": "a", "min_tokens": 2**31}),
 ]
 
 
