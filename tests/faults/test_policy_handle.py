@@ -6,11 +6,9 @@ is gone for good is created anew."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -18,9 +16,9 @@ from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
 from deployments.http.control_routes import ControlRoutes
 from policy.actor import SpeculationPolicy, get_or_create_policy_actor
 from policy.types import FleetStatus
+from tests.local_ray import local_ray
 
 ray = pytest.importorskip("ray")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class SlowStatusPolicy(SpeculationPolicy):
@@ -33,13 +31,8 @@ class SlowStatusPolicy(SpeculationPolicy):
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        try:
-            yield
-        finally:
-            ray.shutdown()
+    with local_ray():
+        yield
 
 
 def _ingress(name: str) -> ControlRoutes:

@@ -4,13 +4,13 @@ metrics, and a kill mid-stream (clients fall back locally, the restarted actor r
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
+
+from tests.local_ray import local_ray
 
 ray = pytest.importorskip("ray")
 
@@ -26,7 +26,6 @@ from policy.types import (  # noqa: E402
     UnknownReplicaError,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 NS = "specflip-policy-tests"
 ON, OFF = SpecMode.ON, SpecMode.OFF
 CONFIG = PolicyConfig(tick_s=0.1, dwell_s=0, on_persist_s=0, high=32, low=12, stale_after_s=2, ttl_s=3)
@@ -34,14 +33,8 @@ CONFIG = PolicyConfig(tick_s=0.1, dwell_s=0, on_persist_s=0, high=32, low=12, st
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
-    # Workers must import this worktree's `policy` (and this test module), not an installed copy.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-        ray.init(num_cpus=2, include_dashboard=False, namespace=NS, log_to_driver=False)
-        try:
-            yield
-        finally:
-            ray.shutdown()
+    with local_ray(NS):
+        yield
 
 
 def _name() -> str:

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,19 +21,13 @@ from deployments.http.control_routes import ControlRoutes
 from deployments.http.metrics import HttpMetrics
 from deployments.routing.journal import JOURNAL
 from policy.routing import RequestClass
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.local_ray import local_ray
 
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:  # workers import this checkout's modules
-        mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        try:
-            yield
-        finally:
-            ray.shutdown()
+    with local_ray():
+        yield
 
 
 class _Counted:
