@@ -1,5 +1,5 @@
 """One real CPU app shared by every HTTP test of this package that asks for `app` (starting one
-takes 1-2 minutes): Ray Serve, the OpenAI ingress, 2 CPU replicas of the real patched engine with
+takes 1-2 minutes): Ray Serve, HAProxy and Ray's ingress request router, 2 CPU replicas of the real patched engine with
 the tiny trained EAGLE-3 pair, the policy actor. Package scope: it lives from its first user to the
 end of tests/deployments; modules that run after its first user must not start Ray themselves.
 Tests that override modes leave every replica at "auto" when they end. Tests that kill or stop

@@ -113,7 +113,7 @@ def test_status_document_has_the_fields_the_loadtests_use() -> None:
         uptime_s=12.0,
     )
     doc = status_document(fleet, enabled=True, actor_name="p", expected_replicas=3)
-    assert doc["expected_replicas"] == 3  # how the launcher tells "up" from "ingress answering"
+    assert doc["expected_replicas"] == 3  # how the launcher tells "up" from "the first replica answering"
     a, b, c, d = doc["replicas"]
     assert a == {
         "replica_id": "a",

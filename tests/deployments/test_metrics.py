@@ -1,4 +1,4 @@
-"""Ingress metrics: status counting at the HTTP boundary, TTFT/TPOT from an SSE stream, usage-chunk handling."""
+"""The replicas' HTTP metrics: status counting at the HTTP boundary, TTFT/TPOT from an SSE stream, usage-chunk handling."""
 
 from __future__ import annotations
 

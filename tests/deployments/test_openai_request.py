@@ -135,7 +135,7 @@ CHAT_SERVED: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"reasoning_effort": "max", "service_tier": "fast"},
     ),
     (
-        "the ingress-served values",
+        "the served values",
         {"n": 1, "logprobs": False, "top_logprobs": 0},
         {"n": 1, "logprobs": False, "top_logprobs": 0},
     ),
@@ -215,7 +215,7 @@ TEXT_SERVED: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ),
     ("integral floats in token ids", {"prompt": [1.0, 2]}, {"prompt": [1, 2]}),
     (
-        "the ingress-served values",
+        "the served values",
         {"echo": False, "best_of": 1, "suffix": ""},
         {"echo": False, "best_of": 1, "suffix": ""},
     ),

@@ -1,4 +1,4 @@
-"""The real app end to end: Ray Serve, the OpenAI ingress, 2 CPU replicas of the real patched engine
+"""The real app end to end: Ray Serve, HAProxy and Ray's ingress request router, 2 CPU replicas of the real patched engine
 with the tiny trained EAGLE-3 pair, the policy actor (the package's shared app, conftest.py)."""
 
 from __future__ import annotations

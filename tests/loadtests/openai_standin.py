@@ -235,7 +235,7 @@ class _Handler(BaseHTTPRequestHandler):
         if mode not in ("on", "off", "auto"):
             return self._json(400, {"error": {"message": f"mode must be on, off or auto, got {mode!r}"}})
         hit = [r for r in self.app.replicas if rid in ("*", r.replica_id)]
-        if time.time() < self.app.registered_at:  # as the real ingress: nothing registered yet
+        if time.time() < self.app.registered_at:  # as the real app: nothing registered yet
             return self._json(404, {"error": {"message": "no replicas registered with the policy yet"}})
         if not hit:
             return self._json(404, {"error": {"message": f"unknown replica {rid!r}"}})
