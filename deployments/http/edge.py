@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from deployments.config import SpecFlipConfig
 from deployments.http.errors import install_handlers
 from deployments.http.guard import add_guard_and_cors, with_checked_body
+from deployments.http.limits import ModelLimits
 from deployments.http.metrics import RequestCountMiddleware
 from deployments.http.routes import ENDPOINTS, install_openapi
 from deployments.ray_compat import (
@@ -33,13 +34,14 @@ from deployments.ray_compat import (
 __all__ = ["bind_endpoints", "edge_app"]
 
 
-def edge_app(config: SpecFlipConfig) -> Any:
-    """A FastAPI app with specflip's middleware and error handlers, no routes yet."""
+def edge_app(config: SpecFlipConfig, limits: ModelLimits | None = None) -> Any:
+    """A FastAPI app with specflip's middleware and error handlers, no routes yet. `limits`: the
+    model's, read once by the replica (None: the guard reads them on first use)."""
     app = openai_fastapi_app()  # Ray's FastAPI app with its middleware
     strip_ray_error_and_cors_middleware(app)  # replaced: errors.install_handlers, CORS below
     install_handlers(app)
     install_openapi(app)
-    add_guard_and_cors(app, config)
+    add_guard_and_cors(app, config, limits)
     app.add_middleware(RequestCountMiddleware)  # outermost: sees the final status of every response
     return app
 

@@ -45,10 +45,11 @@ class JsonBodyGuard:
         self,
         app: Callable[[Scope, Receive, Send], Awaitable[None]],
         config: SpecFlipConfig | None = None,
+        limits: ModelLimits | None = None,
     ) -> None:
         self.app = app
         self._config = config
-        self._limits: ModelLimits | None = None  # read on first use, on the replica's node
+        self._limits = limits  # None: read on first use, on the replica's node
 
     @property
     def limits(self) -> ModelLimits:
@@ -146,12 +147,14 @@ async def _refuse(problem: Problem, scope: Scope, receive: Receive, send: Send) 
     await error_response(problem.status, problem.message, param=problem.param)(scope, receive, send)
 
 
-def add_guard_and_cors(app: Any, config: SpecFlipConfig) -> None:
+def add_guard_and_cors(app: Any, config: SpecFlipConfig, limits: ModelLimits | None = None) -> None:
     """The body guard, and CORS for the configured origins only, never with credentials (a bearer
     token authenticates, not cookies), on a FastAPI app that has not started. Any CORS middleware
     the app came with (Ray's, SGLang's: any origin, with credentials) is removed first."""
     app.user_middleware[:] = [m for m in app.user_middleware if m.cls is not CORSMiddleware]
-    app.add_middleware(JsonBodyGuard, config=config)  # raw-body checks before the request models see it
+    app.add_middleware(
+        JsonBodyGuard, config=config, limits=limits
+    )  # raw-body checks before the request models see it
     app.add_middleware(
         CORSMiddleware,
         allow_origins=list(config.serve.cors_allow_origins),

@@ -18,13 +18,12 @@ Routes (`deployments.http.routes.ENDPOINTS`): `/v1/chat/completions`, `/v1/compl
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from fastapi import HTTPException, Request
+from fastapi import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from deployments.config import SpecFlipConfig
@@ -38,7 +37,7 @@ from deployments.http.structured import check_structured, misplaced_fields
 from deployments.ray_compat import to_model_metadata
 from policy.routing import classify
 
-__all__ = ["CLASS_HEADER", "ReplicaApi", "model_config_int", "replica_app"]
+__all__ = ["CLASS_HEADER", "ReplicaApi", "replica_app"]
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +47,7 @@ CLASS_HEADER = "x-specflip-class"  # on every answer: the request's class (the r
 
 def replica_app(server: Any, config: SpecFlipConfig, llm_config: Any) -> Any:
     """The replica's HTTP app: the edge app with this module's handlers bound to `server`."""
-    return bind_endpoints(edge_app(config), ReplicaApi(server, config, llm_config))
-
-
-def model_config_int(config: SpecFlipConfig, key: str) -> int | None:
-    """A positive integer of the model's config.json (e.g. vocab_size), None if absent or unreadable."""
-    try:
-        with open(f"{config.model.path}/config.json") as f:
-            value = json.load(f).get(key)
-    except (OSError, ValueError):
-        return None
-    return int(value) if isinstance(value, int) and value > 0 else None
+    return bind_endpoints(edge_app(config, server.limits), ReplicaApi(server, config, llm_config))
 
 
 class ReplicaApi:
@@ -69,7 +58,7 @@ class ReplicaApi:
         self._model_id = config.model.id
         self._card = to_model_metadata(self._model_id, llm_config)
         self._class_rule = config.routing.class_rule()
-        self._vocab_size = model_config_int(config, "vocab_size")
+        self._vocab_size = server.limits.vocab_size
         self._metrics = http_metrics()
         self._control = ControlRoutes(config, self._metrics, replica_id=server.replica_id)
 
@@ -201,12 +190,11 @@ def _not_served(name: str) -> Response:
 
 
 def _client_error(err: Exception) -> JSONResponse | None:
-    """A clean 4xx for a client error raised by the server or the engine; None otherwise."""
+    """A clean 4xx for a client error the server raised (EngineInputError, PromptTooLarge,
+    PromptTooLong: each has a status_code and may name its param); None otherwise."""
     code = getattr(err, "status_code", None)
     if not isinstance(code, int) or not 400 <= code < 500:
         return None
-    if isinstance(err, HTTPException):
-        return error_response(code, str(err.detail), "NotFoundError" if code == 404 else "BadRequestError")
     param = getattr(err, "param", None)
     message = (str(err).splitlines() or ["invalid request"])[0][:500]
     return error_response(code, message, param=param if isinstance(param, str) else None)

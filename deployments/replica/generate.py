@@ -104,7 +104,7 @@ def _template_kwargs(request: Any) -> dict[str, Any]:
     """The chat template's extra arguments: tools as JSON-schema dicts (as SGLang's server hands
     them; transformers refuses pydantic objects), reasoning_effort, chat_template_kwargs."""
     kwargs: dict[str, Any] = {}
-    tools = structured.template_tools(request) if getattr(request, "tools", None) is not None else None
+    tools = structured.template_tools(request)
     if tools:
         kwargs["tools"] = tools
     if getattr(request, "reasoning_effort", None) is not None:
@@ -132,7 +132,7 @@ class Generation:
             (meta,) = await self._generate(request, prompt, tally, rids)
             message = {"role": "assistant", "content": meta["text"]}
             choice = {"index": 0, "message": message, "finish_reason": meta["finish_reason"]}
-            yield shape_chat_response(_response(meta, "chat.completion", request.model, [choice], [meta]))
+            yield shape_chat_response(_response("chat.completion", request.model, [choice], [meta]))
             return
         gen_id, created, first = f"sglang-gen-{uuid.uuid4().hex}", int(time.time()), True
         async for delta_text, finish in self._stream(request, prompt, tally, rids):
@@ -153,8 +153,7 @@ class Generation:
                 {"index": i, "text": m["text"], "logprobs": None, "finish_reason": m["finish_reason"]}
                 for i, m in enumerate(metas)
             ]
-            response = _response(metas[-1], "text_completion", request.model, choices, metas)
-            yield shape_completion_response(response)
+            yield shape_completion_response(_response("text_completion", request.model, choices, metas))
             return
         gen_id, created = f"sglang-gen-{uuid.uuid4().hex}", int(time.time())
         for i, one in enumerate(prompts):  # a stream sends its prompts one after another
@@ -173,7 +172,7 @@ class Generation:
                 meta["text"], meta["finish_reason"], structured.parse_tool_calls(meta["text"])
             )
             choice = {"index": 0, "message": message, "finish_reason": finish}
-            yield shape_chat_response(_response(meta, "chat.completion", request.model, [choice], [meta]))
+            yield shape_chat_response(_response("chat.completion", request.model, [choice], [meta]))
             return
         text, finish_reason = "", "stop"
         async for delta, finish_or_none in self._stream(request, prompt, tally, rids):
@@ -305,16 +304,16 @@ def _chunk(gen_id: str, object_type: str, created: int, model: str, choice: dict
 
 
 def _response(
-    last: dict[str, Any],
     object_type: str,
     model: str,
     choices: list[dict[str, Any]],
     metas: list[dict[str, Any]],
 ) -> dict[str, Any]:
+    """A non-streamed answer: the last prompt's id (as Ray's server gave), usage summed over prompts."""
     prompt_tokens = sum(m["prompt_tokens"] for m in metas)
     completion_tokens = sum(m["completion_tokens"] for m in metas)
     return {
-        "id": last["id"],
+        "id": metas[-1]["id"],
         "object": object_type,
         "created": int(time.time()),
         "model": model,

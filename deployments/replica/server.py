@@ -79,11 +79,11 @@ class SpecFlipServer(SGLangServer):
         init_sglang_server_without_engine(self, llm_config)
         self._loop_lag = LoopLag()  # how far behind this replica's event loop runs, while it streams
         self.config = config
-        self._limits = limits_for(config)
+        self.limits = limits_for(config)  # read once: the body guard, the API and generation share them
         self.replica_id = replica_id()
         started = time.monotonic()
         self.engine: ReplicaEngine = engine_factory(config)
-        self.generation = Generation(self.engine, self._limits)
+        self.generation = Generation(self.engine, self.limits)
         log.info("replica %s: engine up in %.1f s", self.replica_id, time.monotonic() - started)
         if config.replicas.warm_up:  # Serve marks the replica ready only once this returns
             took = await warm_up(self.engine, config.speculation.start_enabled)
