@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.bench.step_costs import KEYS, fit_line, measured_crossover
+from loadtests.bench.step_costs import KEYS, decision_levels, fit_line, fit_priors, measured_crossover
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -71,3 +71,44 @@ def test_step_costs_end_to_end_on_cpu_writes_a_config_the_app_loads(
         assert getattr(policy, k) == pytest.approx(fitted[k], rel=1e-5), k
     report = (out / "report.md").read_text()
     assert "| `on_step_base_s` |" in report and "Crossover batch predicted by the fitted lines" in report
+
+
+def test_decision_levels_are_the_ones_near_the_crossover() -> None:
+    assert decision_levels([1, 4, 8, 16, 32, 64], 10.2) == [1, 4, 8, 16]  # up to twice the crossover
+    assert decision_levels([1, 64, 128, 256], 2.0) == [1, 64, 128]  # at least three levels
+    assert decision_levels([1, 8, 64], None) == [1, 8, 64]  # ON faster everywhere: every level
+
+
+def test_fit_priors_uses_only_the_given_levels_and_their_median_accept() -> None:
+    def level(step_ms: float, batch: float, accept: float | None = None) -> dict:
+        return {"step_s": step_ms / 1e3, "mean_batch": batch, "steps": 10, "accept_length": accept}
+
+    measured = {
+        "on": {1: level(8, 1, 2.6), 8: level(11.5, 8, 2.3), 16: level(15.5, 16, 2.4), 64: level(48, 50, 2.5)},
+        "off": {1: level(5, 1), 8: level(5.2, 8), 16: level(5.4, 16), 64: level(6, 50)},
+    }
+    fitted, accept = fit_priors(measured, [1, 8, 16])
+    assert fitted["on_step_base_s"] == pytest.approx(0.0075, rel=0.05)  # the 64 level's jump left out
+    assert fitted["on_step_per_req_s"] == pytest.approx(0.0005, rel=0.05)
+    assert accept == 2.4
+
+
+def test_refit_of_the_h200_run_puts_the_crossover_near_the_measured_one(tmp_path: Path) -> None:
+    """The 2026-12-04 H200 measurements (tree shape): lines through every level predict a crossover
+    far below the measured one; the decision-region fit lands near it (the reason the fit changed)."""
+    results = ROOT / "docs/gpu/h200-2026-12-04-fitted/fit/results.json"
+    out, cfg = tmp_path / "out", tmp_path / "fitted.yaml"
+    argv = [
+        sys.executable, "-m", "loadtests.bench.step_costs", "--config",
+        str(ROOT / "deployments/examples/h200-dummy8b-tree.yaml"), "--refit", str(results), "--out", str(out),
+        "--write-config", str(cfg),
+    ]  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((out / "results.json").read_text())
+    found, near, every = (
+        data["crossover_measured"], data["crossover_predicted"], data["every_level"]["crossover_predicted"],
+    )  # fmt: skip
+    assert abs(near - found) <= 0.25 * found < abs(every - found), (found, near, every)
+    assert data["fitted_on"] == [1, 4, 8, 16]
+    assert cfg.read_text().count("_step_") == 4
