@@ -1,6 +1,7 @@
 """SGLang's own benchmark client (`sglang.benchmark.serving`) over variants and concurrency levels, in
 one process: the app held ON, held OFF and left to its policy (`dynamic`), and SGLang's own servers
-(`raw_eagle`, `raw_plain`) with the same engine arguments, one after the other on one host.
+(`raw_eagle`, `raw_plain`, and `sglang_adaptive`: SGLang's `--speculative-adaptive`, topk 1 only) with
+the same engine arguments, one after the other on one host.
 
     python -m loadtests.bench.client_sweep --config deployments/examples/h200-dummy8b-tree.yaml \\
         --shape tree --variants dynamic,on,off,raw_eagle,raw_plain --concurrency 1,16,64,256 \\
@@ -15,7 +16,9 @@ and its `run_benchmark` called per run. A run is a whole client run (first send 
 a run shorter than 20 s shows. Referee: the engine's own decode tokens over the run (the replicas'
 `generated_tokens` for the app, the scheduler's decode lines for a raw server). For app runs the
 replicas' status is polled every 0.5 s: the flips inside each run and the mode over time
-(status.csv) come from there.
+(status.csv) come from there. App variants that follow each other in `--variants` share one app and
+run level by level (every variant at a level, then the next level), after one unmeasured warm-up
+run; a raw server runs all its levels once started.
 
 Writes into --out after every run: sweep.csv (shape, variant, concurrency, repeat, output_tok_s,
 ttft_p50_ms, tpot_p50_ms, flips, then the rest), results.json, status.csv, and per run SGLang's
@@ -30,24 +33,28 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from loadtests.bench.app_session import APP_VARIANTS, AppSession, log
+
 __all__ = [
     "APP_VARIANTS",
     "CSV_FIRST",
-    "Served",
     "SglangClient",
     "SweepRun",
-    "app_variants",
     "draw_modes",
     "main",
 ]
 
-APP_VARIANTS = {"on": "on", "off": "off", "dynamic": "auto"}  # variant -> the override that makes it
-RAW_VARIANTS = {"raw_eagle": "on", "raw_plain": "off"}  # variant -> raw_sglang --speculation
+# variant -> raw_sglang's arguments: SGLang's server with the config's draft, without it, and with its
+# own engine-internal adaptive steps (`--speculative-adaptive`, SGLang's default candidates; topk 1 only)
+RAW_VARIANTS = {
+    "raw_eagle": ["--speculation", "on"],
+    "raw_plain": ["--speculation", "off"],
+    "sglang_adaptive": ["--speculation", "on", "--", "--speculative-adaptive"],
+}
 CSV_FIRST = (
     "shape",
     "variant",
@@ -88,10 +95,6 @@ class SweepRun:
     started: float  # epoch seconds
 
 
-def log(msg: str) -> None:
-    print(f"[client-sweep {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 class SglangClient:
     """`sglang.benchmark.serving` imported once; `run(...)` is one benchmark run, its result dict."""
 
@@ -125,56 +128,6 @@ def _flips(samples: list[Any]) -> int:
     for s in samples:
         by_replica.setdefault(s.replica_id, []).append(s.flips)
     return sum(max(v) - v[0] for v in by_replica.values())
-
-
-@dataclass
-class Served:
-    """One app variant, ready: its URL, a control client, the engine's token count and its log lines."""
-
-    variant: str
-    url: str
-    client: Any  # deployments.client.SpecflipClient with the control token
-    referee: Any  # loadtests.rawvsapp.referee.StatusReferee
-    lines: Any  # loadtests.rawvsapp.referee.LogReferee over the one replica's engine log, or None
-
-
-def app_variants(args: argparse.Namespace, variants: list[str], out: Path) -> Iterator[Served]:
-    """Each of `variants` (on, off, dynamic) on one app, in turn: `args.target` (an app that runs
-    already, its overrides put back at the end) or one `specflip serve --config args.config`."""
-    from deployments.client import SpecflipClient
-    from loadtests.rawvsapp.profiles import serving_processes
-    from loadtests.rawvsapp.referee import LogReferee, StatusReferee, replica_log_paths
-    from loadtests.sweep.launcher import CommandLauncher, ExternalApp, Variant, VariantSpec
-
-    token = os.environ.get("SPECFLIP_CONTROL_TOKEN") or "client-sweep"
-    specs = {
-        Variant(v): VariantSpec(Variant(v), str(args.config), APP_VARIANTS[v], f"app {v}") for v in variants
-    }
-    env = {**os.environ, "SPECFLIP_CONTROL_TOKEN": token}
-    launcher: CommandLauncher | ExternalApp
-    if args.target:
-        launcher = ExternalApp(args.target, token, specs=specs, log=log)
-    else:
-        launcher = CommandLauncher(
-            f"{sys.executable} -m deployments serve --config {{config}} --port {{port}}", token=token,
-            specs=specs, ready_timeout=args.ready_timeout, log_dir=out / "app", env=env, log=log,
-        )  # fmt: skip
-    try:
-        for v in variants:
-            url = launcher.start(Variant(v))
-            referee = StatusReferee(url)
-            proc = getattr(launcher, "proc", None)
-            logs = (
-                [] if proc is None else replica_log_paths(serving_processes("app", proc.pid).get("replica"))
-            )
-            try:
-                with SpecflipClient(url, token, timeout=10.0) as client:
-                    # one replica whose engine logs at info: its batch and queue
-                    yield Served(v, url, client, referee, LogReferee(logs) if logs else None)
-            finally:
-                referee.close()
-    finally:
-        launcher.stop()
 
 
 class Sweep:
@@ -261,30 +214,69 @@ class Sweep:
         return [(c, k) for c in self.args.concurrency for k in range(self.args.repeat)]
 
     def run_app(self, variants: list[str]) -> None:
-        for served in app_variants(self.args, variants, self.out):
+        """Level by level, every variant at a level before the next level (one app, switched by
+        override): a host that drifts or warms up, or a lease that ends mid-sweep, leaves whole
+        comparisons rather than one variant's levels. Before the first measured run, one unmeasured
+        run at the first level warms the app up (its first requests are slower)."""
+        session = AppSession(self.args, variants, self.out)
+        try:
+            if self.args.warmup and variants:
+                self.warm_up(session.switch(variants[0]).url, self.args.concurrency[0])
             for c, k in self.levels():
-                self.one(served.url, served.variant, c, k, served.referee, served.client, served.lines)
+                for v in variants:
+                    served = session.switch(v)
+                    self.one(served.url, v, c, k, served.referee, served.client, served.lines)
+        finally:
+            session.close()
+
+    def warm_up(self, url: str, c: int) -> None:
+        a = self.args
+        started = time.monotonic()
+        self.client.run(
+            base_url=url, model=self.model_id, tokenizer=self.tokenizer, num_prompts=2 * c, max_concurrency=c,
+            random_input_len=a.input_len, random_output_len=a.output_len, random_range_ratio=1.0,
+            output_file=str(self.out / "warmup.jsonl"), disable_tqdm=True, seed=a.seed + 1000,
+            request_rate=float("inf"),
+        )  # fmt: skip
+        log(f"warm-up: {2 * c} requests at c={c} in {time.monotonic() - started:.1f} s (not measured)")
 
     def run_raw(self, variant: str) -> None:
         from loadtests.rawvsapp.referee import LogReferee
-        from loadtests.servers import ServerProcess
-        from loadtests.sweep.launcher import free_port
 
-        a = self.args
-        port = free_port()
-        cmd = [sys.executable, "-m", "loadtests.rawvsapp.raw_sglang", "--config", str(a.config),
-               "--port", str(port), "--speculation", RAW_VARIANTS[variant]]  # fmt: skip
-        env = {**os.environ, **(CPU_ENV if self.cpu else {})}
-        server = ServerProcess(cmd, self.out / f"{variant}.log", env=env, log=log)
-        url = f"http://127.0.0.1:{port}"
+        server, url = self.start_raw(variant)
         try:
-            took = server.wait_ready(url + "/v1/models", a.ready_timeout)
-            log(f"{variant}: SGLang's server up after {took:.0f} s")
             referee = LogReferee(server.log_path)
             for c, k in self.levels():
                 self.one(url, variant, c, k, referee, None, referee)
         finally:
             server.stop()
+
+    def start_raw(self, variant: str) -> tuple[Any, str]:
+        """SGLang's server for `variant`, answering. A port picked free can be taken before the server
+        binds it (its uvicorn then logs the bind error and hangs in shutdown): another port, then."""
+        from loadtests.servers import ServerError, ServerProcess
+        from loadtests.sweep.launcher import BIND_ATTEMPTS, BIND_FAILED, free_port
+
+        env = {**os.environ, **(CPU_ENV if self.cpu else {})}
+        for attempt in range(BIND_ATTEMPTS):
+            port = free_port()
+            cmd = [sys.executable, "-m", "loadtests.rawvsapp.raw_sglang", "--config", str(self.args.config),
+                   "--port", str(port), *RAW_VARIANTS[variant]]  # fmt: skip
+            server = ServerProcess(cmd, self.out / f"{variant}.log", env=env, log=log)
+            url = f"http://127.0.0.1:{port}"
+            try:
+                took = server.wait_ready(url + "/v1/models", self.args.ready_timeout, fatal=BIND_FAILED)
+            except ServerError:
+                server.stop()
+                if attempt + 1 == BIND_ATTEMPTS or not any(sign in server.tail(40) for sign in BIND_FAILED):
+                    raise
+                log(
+                    f"{variant}: port {port} was taken before SGLang's server bound it; again on another port"
+                )
+                continue
+            log(f"{variant}: SGLang's server up after {took:.0f} s")
+            return server, url
+        raise AssertionError("unreachable")
 
     def write(self) -> None:
         names = [f.name for f in fields(SweepRun)]
@@ -371,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--tokenizer", help="tokenizer dir (default: the config's model)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--warmup", type=int, default=1, choices=(0, 1), help="one unmeasured run before the app's first (1)"
+    )
     p.add_argument("--ready-timeout", type=float, default=900.0)
     p.add_argument(
         "--target",

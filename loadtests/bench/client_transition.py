@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from loadtests.bench.client_sweep import SglangClient, app_variants, draw_modes, log
+from loadtests.bench.app_session import app_variants, log
+from loadtests.bench.client_sweep import SglangClient, draw_modes
 
 __all__ = ["TRANSITION_FIRST", "Phase", "PhaseRun", "goodput_count", "main", "parse_phases"]
 

@@ -34,7 +34,7 @@ def _config(tmp: Path, model_pair: Any) -> Path:
     return path
 
 
-def test_client_sweep_runs_the_app_variants_and_sglangs_server(
+def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
     app: Any, model_pair: Any, tmp_path: Path
 ) -> None:
     config = _config(tmp_path, model_pair)
@@ -42,7 +42,7 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_server(
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECFLIP_CONTROL_TOKEN": TOKEN}
     cmd = [
         sys.executable, "-m", "loadtests.bench.client_sweep", "--config", str(config), "--target", app.base,
-        "--shape", "chain", "--variants", "off,dynamic,raw_plain", "--concurrency", "2", "--prompts", "2=4",
+        "--shape", "chain", "--variants", "off,dynamic,raw_plain,sglang_adaptive", "--concurrency", "2,1", "--prompts", "2=4,1=2",
         "--input-len", "12", "--output-len", "6", "--out", str(out),
     ]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
@@ -51,13 +51,26 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_server(
     with (out / "sweep.csv").open() as fh:
         reader = csv.DictReader(fh)
         assert tuple(reader.fieldnames or ())[: len(CSV_FIRST)] == CSV_FIRST
-        rows = {r["variant"]: r for r in reader}
-    assert set(rows) == {"off", "dynamic", "raw_plain"}
+        every = list(reader)
+    # the app's variants level by level (both at c=2, then both at c=1), then the raw server's levels
+    order = [(r["variant"], r["concurrency"]) for r in sorted(every, key=lambda r: float(r["started"]))]
+    assert order == [
+        ("off", "2"),
+        ("dynamic", "2"),
+        ("off", "1"),
+        ("dynamic", "1"),
+        ("raw_plain", "2"),
+        ("raw_plain", "1"),
+        ("sglang_adaptive", "2"),  # SGLang's own --speculative-adaptive server
+        ("sglang_adaptive", "1"),
+    ]
+    assert (out / "warmup.jsonl").exists()  # the unmeasured run before the app's first
+    rows = {r["variant"]: r for r in every if r["concurrency"] == "2"}
     for variant, r in rows.items():
         assert (r["shape"], r["concurrency"], r["repeat"]) == ("chain", "2", "0"), r
         assert int(r["completed"]) == int(r["prompts"]) == 4, r
         assert float(r["output_tok_s"]) > 0 and float(r["tpot_p50_ms"]) > 0, r
-        assert (r["flips"] == "") is (variant == "raw_plain"), r  # flips are the app's
+        assert (r["flips"] == "") is (variant in ("raw_plain", "sglang_adaptive")), r  # flips are the app's
     # the app's replicas count the tokens they generated: the referee saw the app's runs
     assert float(rows["off"]["engine_tok_s"]) > 0 and float(rows["dynamic"]["engine_tok_s"]) > 0
     assert float(rows["off"]["on_fraction"]) == 0.0  # held OFF by override throughout

@@ -1,0 +1,102 @@
+"""The app the benchmark clients drive: one `specflip serve` (or an app that runs already) held ON,
+held OFF or left to its policy (`dynamic`) by the operator override, with the engine's own token
+count (the replicas' status) and, where the one replica's engine logs at info, its batch and queue."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["APP_VARIANTS", "AppSession", "Served", "app_variants", "log"]
+
+APP_VARIANTS = {"on": "on", "off": "off", "dynamic": "auto"}  # variant -> the override that makes it
+
+
+def log(msg: str) -> None:
+    print(f"[client-sweep {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@dataclass
+class Served:
+    """One app variant, ready: its URL, a control client, the engine's token count and its log lines."""
+
+    variant: str
+    url: str
+    client: Any  # deployments.client.SpecflipClient with the control token
+    referee: Any  # loadtests.rawvsapp.referee.StatusReferee
+    lines: Any  # loadtests.rawvsapp.referee.LogReferee over the one replica's engine log, or None
+
+
+class AppSession:
+    """One app for several variants (on, off, dynamic): `args.target` (an app that runs already, its
+    overrides put back at `close`) or one `specflip serve --config args.config`; `switch(v)` sets
+    v's override and gives the app back ready for it. The app starts on the first switch."""
+
+    def __init__(self, args: argparse.Namespace, variants: list[str], out: Path) -> None:
+        from loadtests.sweep.launcher import CommandLauncher, ExternalApp, Variant, VariantSpec
+
+        self.token = os.environ.get("SPECFLIP_CONTROL_TOKEN") or "client-sweep"
+        specs = {
+            Variant(v): VariantSpec(Variant(v), str(args.config), APP_VARIANTS[v], f"app {v}")
+            for v in variants
+        }
+        env = {**os.environ, "SPECFLIP_CONTROL_TOKEN": self.token}
+        self.launcher: CommandLauncher | ExternalApp
+        if args.target:
+            self.launcher = ExternalApp(args.target, self.token, specs=specs, log=log)
+        else:
+            self.launcher = CommandLauncher(
+                f"{sys.executable} -m deployments serve --config {{config}} --port {{port}}", token=self.token,
+                specs=specs, ready_timeout=args.ready_timeout, log_dir=out / "app", env=env, log=log,
+            )  # fmt: skip
+        self._url = ""
+        self._client: Any = None
+        self._referee: Any = None
+        self._lines: Any = None
+
+    def switch(self, variant: str) -> Served:
+        from deployments.client import SpecflipClient
+        from loadtests.rawvsapp.profiles import serving_processes
+        from loadtests.rawvsapp.referee import LogReferee, StatusReferee, replica_log_paths
+        from loadtests.sweep.launcher import Variant
+
+        url = self.launcher.start(Variant(variant))
+        if url != self._url:  # the first start, or the app started again after it died
+            self._close_clients()
+            self._url, self._referee = url, StatusReferee(url)
+            self._client = SpecflipClient(url, self.token, timeout=10.0)
+            proc = getattr(self.launcher, "proc", None)
+            logs = (
+                [] if proc is None else replica_log_paths(serving_processes("app", proc.pid).get("replica"))
+            )
+            # one replica whose engine logs at info: its batch and queue
+            self._lines = LogReferee(logs) if logs else None
+        return Served(variant, url, self._client, self._referee, self._lines)
+
+    def _close_clients(self) -> None:
+        for part in (self._referee, self._client):
+            if part is not None:
+                part.close()
+        self._url, self._client, self._referee, self._lines = "", None, None, None
+
+    def close(self) -> None:
+        try:
+            self._close_clients()
+        finally:
+            self.launcher.stop()
+
+
+def app_variants(args: argparse.Namespace, variants: list[str], out: Path) -> Iterator[Served]:
+    """Each of `variants` on one app, in turn (a transition runs every phase per variant)."""
+    session = AppSession(args, variants, out)
+    try:
+        for v in variants:
+            yield session.switch(v)
+    finally:
+        session.close()
