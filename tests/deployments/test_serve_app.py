@@ -289,7 +289,15 @@ def test_http_metrics_are_in_rays_export_per_replica_and_metrics_serves_the_poli
         "ray_specflip_http_policy_reachable",
         "ray_specflip_served_requests_total",
     )
-    replicas = set(_modes(app))  # earlier tests of this module sent completions to every replica
+    replicas, answered = set(_modes(app)), set()
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
+    for _ in range(40):  # until every replica answered a completion (Ray's router picks)
+        answered.add(app.client.post("/v1/completions", body).headers.get("x-specflip-replica"))
+        if answered >= replicas:
+            break
+    assert answered >= replicas, answered
+    bad = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}
+    assert app.client.post("/v1/chat/completions", bad).status_code == 400
 
     def served_by(export: str) -> set[str]:
         return {
@@ -300,11 +308,19 @@ def test_http_metrics_are_in_rays_export_per_replica_and_metrics_serves_the_poli
         }
 
     export = wait_for_export(
-        lambda t: all(n in t for n in names) and served_by(t) == replicas,
-        why="the HTTP-edge families of every replica",
+        lambda t: (
+            all(n in t for n in names)
+            and served_by(t) == replicas
+            and total(t, "ray_specflip_requests_total", endpoint="/v1/chat/completions", status="400") >= 1
+        ),
+        why="the HTTP-edge families of every replica, the bad chat request counted",
     )
-    assert total(export, "ray_specflip_requests_total", endpoint="/v1/chat/completions", status="400") >= 1
-    assert total(export, "ray_specflip_requests_total", endpoint="/v1/completions", status="200") >= 1
+    assert total(export, "ray_specflip_requests_total", endpoint="/v1/completions", status="200") >= len(
+        replicas
+    )
+    for s in (s for f in text_string_to_metric_families(export) for s in f.samples):
+        if s.name == "ray_specflip_requests_total":  # Ray Serve's tags on every series
+            assert s.labels["replica"] in replicas and s.labels["deployment"] and s.labels["application"], s
     for rid in _modes(app):
         for series in ("actual_mode", "desired_mode", "running", "waiting", "accept_length", "flips_total"):
             assert f'specflip_policy_{series}{{replica="{rid}"}}' in text, (series, rid)
