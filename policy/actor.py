@@ -39,7 +39,7 @@ from typing import Any
 import ray
 
 from policy.fleet import FleetView
-from policy.metrics import PolicyMetrics
+from policy.metrics import PREFIX_FAMILY, REASONS_FAMILY, PolicyMetrics
 from policy.rules import decide
 from policy.state import PolicyState, seed_replica
 from policy.types import (
@@ -108,31 +108,30 @@ class SpeculationPolicy:
         log.info("policy config replaced: %s", config)
         return True
 
-    async def metrics_text(self, replica_id: str | None = None, families: list[Any] | None = None) -> str:
-        """Prometheus text exposition of this actor's own registry (with the replicas' pushed
-        HTTP-edge families, `push_metrics`); `replica_id`'s `families` pushed first when given (one
-        round trip for a replica's /metrics)."""
-        if replica_id is not None and families is not None:
-            self._metrics.edge.push(replica_id, families)
+    async def metrics_text(self) -> str:
+        """Prometheus text exposition of this actor's own registry (with the request router's
+        pushed counts, `push_metrics`). The replicas' HTTP metrics are not here: Ray exports them."""
         return self._metrics.text()
 
     async def status_view(
-        self,
-        replica_id: str | None,
-        families: list[Any] | None,
-        totals: tuple[tuple[str, tuple[str, ...]], ...],
+        self, routing: bool = True
     ) -> tuple[FleetStatus, list[dict[tuple[str, ...], float]]]:
-        """What a replica's /specflip/status needs, in one round trip: its `families` pushed first
-        (when given), then the fleet status and, per (family, labels) of `totals`, that pushed
-        family summed over replicas by those labels."""
-        if replica_id is not None and families is not None:
-            self._metrics.edge.push(replica_id, families)
-        sums = [self._metrics.edge.totals(name, *labels) for name, labels in totals]
+        """What a replica's /specflip/status needs, in one round trip: the fleet status and (with
+        `routing`) the routing totals: requests served by (class, mode), summed over the replicas'
+        last reports; the request router's decisions by (reason,) and prefix affinity by (result,)."""
+        sums: list[dict[tuple[str, ...], float]] = []
+        if routing:
+            sums = [
+                self._fleet.served_totals(),
+                self._metrics.router.totals(REASONS_FAMILY, "reason"),
+                self._metrics.router.totals(PREFIX_FAMILY, "result"),
+            ]
         return self._fleet.status(self._clock()), sums
 
-    async def push_metrics(self, replica_id: str, families: list[Any]) -> None:
-        """A replica's HTTP-edge metric families (prometheus_client `Metric`s), replacing its last."""
-        self._metrics.edge.push(replica_id, families)
+    async def push_metrics(self, source: str, families: list[Any]) -> None:
+        """The request router's routing counts (prometheus_client `Metric`s) from process `source`
+        (`router:<pid>`), replacing its last. Replicas push nothing: their counts ride on reports."""
+        self._metrics.router.push(source, families)
 
     async def tick_now(self) -> tuple[SetSpeculation, ...]:
         """Run one tick at once (the background task keeps its own schedule)."""
@@ -145,7 +144,6 @@ class SpeculationPolicy:
         for a in result.actions:
             log.info("flip %s -> %s: %s", a.replica_id, "on" if a.enabled else "off", a.reason)
         if result.expired:
-            self._metrics.edge.forget(result.expired)
             log.info("expired replicas (no report for %.0f s): %s", self._fleet.config.ttl_s, result.expired)
         return result.actions
 
@@ -260,18 +258,6 @@ class PolicyClient:
         except Exception as err:
             return self._failed(obs, err)
         return self._answered(decision)
-
-    def push_metrics(self, families: list[Any]) -> None:
-        """Hand the actor this replica's HTTP-edge metric families; fire and forget (skipped while
-        the actor is not resolved: the next push carries the same counters, only newer)."""
-        if self._handle is not None:
-            self._handle.push_metrics.remote(self.replica_id, families)
-
-    async def push_metrics_async(self, families: list[Any], timeout_s: float) -> None:
-        """Push and wait for the actor to have them (before answering a scrape)."""
-        handle = self._handle if self._handle is not None else await asyncio.to_thread(self._resolve)
-        ref = handle.push_metrics.remote(self.replica_id, families)
-        await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout_s)
 
     def _resolve(self) -> Any:
         if self._handle is None:

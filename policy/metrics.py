@@ -9,7 +9,7 @@ The `specflip_engine_*` families are each replica's engine switch state as it re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -17,10 +17,13 @@ from prometheus_client.registry import Collector
 
 from policy.types import STALE_SOURCE, FleetStatus, Override, ReplicaStatus, SpecMode
 
-__all__ = ["ENGINE_PREFIX", "PREFIX", "EdgeMetrics", "PolicyMetrics"]
+__all__ = ["ENGINE_PREFIX", "PREFIX", "PREFIX_FAMILY", "REASONS_FAMILY", "PolicyMetrics", "PushedFamilies"]
 
 PREFIX = "specflip_policy_"
 ENGINE_PREFIX = "specflip_engine_"
+# the request router's pushed families /specflip/status sums (deployments.routing.journal)
+REASONS_FAMILY = "specflip_routed_reasons"
+PREFIX_FAMILY = "specflip_routed_prefix"
 
 # decide() takes ~1 ms per 1000 replicas; buckets from 50 us to 1 s
 _DECISION_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
@@ -135,24 +138,20 @@ def _engine_families(replicas: tuple[ReplicaStatus, ...]) -> Iterator[Metric]:
     yield from (steps, tokens, timeouts)
 
 
-class EdgeMetrics(Collector):
-    """The HTTP-edge metrics every replica pushes (each serves the API itself):
-    each replica's families as prometheus_client collected them, rendered as one family per name
-    with the replica's id as a `replica` label, so one scrape of any replica's `/metrics` shows the
-    whole fleet with monotonic counters per replica."""
+class PushedFamilies(Collector):
+    """The routing counts the request router pushes (Ray's LLMRouter process, `router:<pid>`): its
+    families as prometheus_client collected them, rendered as one family per name with the
+    process as a `replica` label (counters monotonic per process). The replicas' own HTTP
+    metrics never come here: Ray's metrics agent exports them (deployments.http.metrics)."""
 
     def __init__(self) -> None:
         self._by_replica: dict[str, list[Metric]] = {}
 
-    def push(self, replica_id: str, families: list[Metric]) -> None:
-        self._by_replica[replica_id] = families
-
-    def forget(self, replica_ids: Iterable[str]) -> None:
-        for rid in replica_ids:
-            self._by_replica.pop(rid, None)
+    def push(self, source: str, families: list[Metric]) -> None:
+        self._by_replica[source] = families
 
     def totals(self, name: str, *labels: str) -> dict[tuple[str, ...], float]:
-        """Sum over replicas of the family `name`'s samples, by the values of `labels`."""
+        """Sum over pushing processes of the family `name`'s samples, by the values of `labels`."""
         out: dict[tuple[str, ...], float] = {}
         for families in self._by_replica.values():
             for family in families:
@@ -185,8 +184,8 @@ class PolicyMetrics:
     def __init__(self, status: Callable[[], FleetStatus]) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_FleetCollector(status))
-        self.edge = EdgeMetrics()
-        self.registry.register(self.edge)
+        self.router = PushedFamilies()
+        self.registry.register(self.router)
         self.decision_seconds = Histogram(
             PREFIX + "decision_seconds",
             "Wall time of one decide() over the whole fleet",

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from fastapi import Request
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
@@ -38,7 +39,7 @@ from deployments.http.control import (
     status_document,
 )
 from deployments.http.errors import error_response
-from deployments.http.metrics import CONTENT_TYPE, PREFIX, SERVED_FAMILY, HttpMetrics
+from deployments.http.metrics import HttpMetrics
 from deployments.ray_compat import actor_restarts
 from policy.types import UnknownReplicaError
 
@@ -54,9 +55,10 @@ _SHORT_TOKEN = 16
 
 
 class ControlRoutes:
-    """The handlers. `metrics`: this process's HTTP-edge registry (None: none). `replica_id`: set in
-    a replica (each serves the API itself), whose edge metrics the policy actor
-    gathers from every replica: `/metrics` there is the actor's text, this replica's pushed first."""
+    """The handlers. `metrics`: this process's HTTP-edge metrics (None: none), where the policy
+    actor's reachability and restarts are recorded (exported by Ray's metrics agent, never sent
+    to the actor). `replica_id`: set in a replica (each serves the API itself): its
+    `/specflip/status` carries the fleet's routing totals."""
 
     def __init__(
         self, config: SpecFlipConfig, metrics: HttpMetrics | None = None, *, replica_id: str | None = None
@@ -134,13 +136,10 @@ class ControlRoutes:
         return restarts
 
     async def status(self) -> Response:
-        """The fleet's status from the policy actor: two round trips (the actor, once: this
-        replica's metric families pushed, the fleet and the routing totals read; the GCS's actor
-        table for the actor's restarts)."""
+        """The fleet's status from the policy actor: two round trips (the actor, once: the fleet
+        and the routing totals; the GCS's actor table for the actor's restarts)."""
         try:
-            fleet, sums = await self._ask_policy(
-                "status_view", *self._own_families(), _ROUTING_TOTALS if self.replica_id is not None else ()
-            )
+            fleet, sums = await self._ask_policy("status_view", self.replica_id is not None)
         except Exception as err:
             return error_response(
                 503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
@@ -155,12 +154,6 @@ class ControlRoutes:
         if self.replica_id is not None:  # every replica counted what it took, the actor sums
             document["routing"] = {"class_routing": self.config.class_routing, **_fleet_routing(*sums)}
         return JSONResponse(document)
-
-    def _own_families(self) -> tuple[str | None, list[Any] | None]:
-        """(this replica's id, its edge metric families) to push to the actor; (None, None) outside one."""
-        if self.replica_id is None or self.metrics is None:
-            return None, None
-        return self.replica_id, list(self.metrics.registry.collect())
 
     async def override(self, request: Request) -> Response:
         problem = check_bearer(request.headers.get("authorization"), self.token)
@@ -204,28 +197,16 @@ class ControlRoutes:
         return JSONResponse({"replica_ids": targets, "mode": order.mode})
 
     async def metrics_text(self) -> Response:
-        """The edge registry's text, then the policy actor's. In a replica the actor's text holds
-        every replica's edge families (this replica's pushed with the same call), so one scrape of
-        any replica shows the fleet; if the actor does not answer, this replica's own. Two round
-        trips: the GCS (the actor's restarts), the actor."""
-        own = self.metrics.text() if self.metrics is not None else ""
+        """The policy actor's own families (modes, decisions, flips, overrides, engine state, the
+        request router's counts). The replicas' HTTP-edge families are not here: Ray's metrics agent
+        exports them on every node (docs/metrics.md). Two round trips: the GCS (the actor's
+        restarts), the actor; empty if the actor does not answer."""
         try:
             await self.policy_restarts()
-            replica_id, families = self._own_families()
-            policy_text = await self._ask_policy("metrics_text", replica_id, families)
-            if replica_id is not None:
-                own = ""  # in the actor's text, with this replica's label
+            text = await self._ask_policy("metrics_text")
         except Exception:
-            policy_text = ""
-        return Response(own + policy_text, media_type=CONTENT_TYPE)
-
-
-# the pushed families /specflip/status sums over the fleet, by these labels
-_ROUTING_TOTALS = (
-    (SERVED_FAMILY, ("class", "mode")),
-    (PREFIX + "routed_reasons", ("reason",)),
-    (PREFIX + "routed_prefix", ("result",)),
-)
+            text = ""
+        return Response(text, media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
 
 def _fleet_routing(
@@ -233,9 +214,9 @@ def _fleet_routing(
     reasons: dict[tuple[str, ...], float],
     prefix: dict[tuple[str, ...], float],
 ) -> dict[str, Any]:
-    """Over the fleet, from what every replica and the request router last pushed to the actor:
-    requests by class and the mode of the replica that took them, the router's decisions by
-    reason, and its prefix-affinity hits."""
+    """Over the fleet, as the policy actor sums them: requests by class and the mode of the replica
+    that took them (from every replica's last report), the request router's decisions by reason
+    and its prefix-affinity hits (its last push)."""
     by_class: dict[str, dict[str, int]] = {}
     for (cls, mode), n in sorted(served.items()):
         by_class.setdefault(cls, {})[mode] = int(n)

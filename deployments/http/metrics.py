@@ -1,9 +1,10 @@
 """A replica's API metrics: request counts by status, latency, TTFT/TPOT, output tokens.
 
-Measured at the HTTP boundary of each replica (its API edge), on a registry of its own (never the
-global one). `GET /metrics` serves every replica's families, pushed to the policy actor, followed
-by the actor's own (`specflip_policy_*`, per-replica modes, loads, accept length, flips);
-docs/metrics.md lists every name.
+Measured at the HTTP boundary of each replica (its API edge) and recorded with Ray Serve's
+metrics API (`ray.serve.metrics`, which tags each series with the replica's `deployment`,
+`replica` and `application`): Ray's per-node metrics agent exports them on its metrics export port
+with Ray's `ray_` prefix, beside Ray Serve's own `ray_serve_*` series (docs/metrics.md). Nothing of
+them goes to the policy actor. Outside a Ray worker (no `ray.init`) recording does nothing.
 
 - `RequestCountMiddleware` (ASGI) counts every API/control response by endpoint and status code,
   and times successful ones to the last byte.
@@ -18,19 +19,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import (
-    CONTENT_TYPE_PLAIN_0_0_4,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
-)
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
+from ray.serve import metrics as serve_metrics
 
 from deployments.http.errors import client_gone
 
@@ -39,8 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLIENT_CLOSED",
-    "CONTENT_TYPE",
-    "SERVED_FAMILY",
+    "FAMILIES",
+    "RAY_PREFIX",
     "HttpMetrics",
     "RequestCountMiddleware",
     "endpoint_of",
@@ -48,9 +40,8 @@ __all__ = [
     "observe_stream",
 ]
 
-CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # the text format generate_latest writes
 PREFIX = "specflip_"
-SERVED_FAMILY = PREFIX + "served_requests"  # requests a replica took, by class and its mode
+RAY_PREFIX = "ray_"  # Ray's metrics agent exports every application metric under it
 _ENDPOINTS = (
     "/v1/chat/completions",
     "/v1/completions",
@@ -66,7 +57,6 @@ _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 12
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.6, 1.2, 2.5)
 # tokens per decode step of one request; 1 is a request decoded OFF throughout
 _ACCEPT_BUCKETS = (1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 8)
-_REQUEST_MODES = ("on", "off", "both", "unknown")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -75,74 +65,146 @@ ASGIApp = Callable[
 ]
 
 
+@dataclass(frozen=True)
+class Family:
+    """One metric of the HTTP edge: its name as recorded (Ray exports `ray_` + name, counters with
+    `_total`), Prometheus type, own tags (Serve adds deployment, replica, application) and buckets."""
+
+    name: str
+    kind: str  # "counter" | "histogram" | "gauge"
+    tags: tuple[str, ...]
+    help: str
+    buckets: tuple[float, ...] = ()
+
+
+FAMILIES = {
+    f.name: f
+    for f in (
+        Family(
+            PREFIX + "requests", "counter", ("endpoint", "status"), "HTTP responses by endpoint and status"
+        ),
+        Family(
+            PREFIX + "request_duration_seconds",
+            "histogram",
+            ("endpoint",),
+            "Successful requests, arrival to last byte",
+            _LATENCY_BUCKETS,
+        ),
+        Family(
+            PREFIX + "ttft_seconds",
+            "histogram",
+            ("endpoint",),
+            "Streamed requests: time to the first generated chunk",
+            _LATENCY_BUCKETS,
+        ),
+        Family(
+            PREFIX + "tpot_seconds",
+            "histogram",
+            ("endpoint",),
+            "Streamed requests: time per output token after the first",
+            _TPOT_BUCKETS,
+        ),
+        Family(PREFIX + "output_tokens", "counter", ("endpoint",), "Completion tokens returned"),
+        Family(
+            PREFIX + "request_modes",
+            "counter",
+            ("modes",),
+            "Chat and completions requests answered, by the speculation modes they ran under",
+        ),
+        Family(
+            PREFIX + "request_accept_length",
+            "histogram",
+            (),
+            "Requests decoded ON throughout: tokens per decode step",
+            _ACCEPT_BUCKETS,
+        ),
+        Family(
+            PREFIX + "streams_windowed",
+            "counter",
+            (),
+            "Streams that switched to one packet per stream_batching_interval_ms (the loop ran behind)",
+        ),
+        Family(
+            PREFIX + "served_requests",
+            "counter",
+            ("class", "mode"),
+            "Requests this replica took, by request class and its speculation mode when it took them",
+        ),
+        Family(
+            PREFIX + "http_policy_reachable",
+            "gauge",
+            (),
+            "1 if the policy actor answered the last status/metrics call of this replica",
+        ),
+        Family(
+            PREFIX + "http_policy_restarts",
+            "gauge",
+            (),
+            "Times Ray restarted the policy actor, as of this replica's last status/metrics call",
+        ),
+    )
+}
+
+
+class _Series:
+    """One family's series of given tag values (prometheus_client's `labels(...)` shape)."""
+
+    __slots__ = ("_metric", "_tags")
+
+    def __init__(self, metric: Any, tags: dict[str, str]) -> None:
+        self._metric, self._tags = metric, tags
+
+    def inc(self, value: float = 1.0) -> None:
+        if value > 0:  # Ray refuses an increment of 0
+            self._metric.inc(value, dict(self._tags))
+
+    def observe(self, value: float) -> None:
+        self._metric.observe(value, dict(self._tags))
+
+    def set(self, value: float) -> None:
+        self._metric.set(value, dict(self._tags))
+
+
+class _Metric:
+    def __init__(self, family: Family) -> None:
+        self.family = family
+        tags: Any = family.tags  # Ray annotates a 1-tuple; any length is taken
+        if family.kind == "counter":
+            self._metric: Any = serve_metrics.Counter(family.name, family.help, tags)
+        elif family.kind == "gauge":
+            self._metric = serve_metrics.Gauge(family.name, family.help, tags)
+        else:
+            self._metric = serve_metrics.Histogram(family.name, family.help, list(family.buckets), tags)
+
+    def labels(self, *values: str) -> _Series:
+        return _Series(self._metric, dict(zip(self.family.tags, values, strict=True)))
+
+    def inc(self, value: float = 1.0) -> None:
+        self.labels().inc(value)
+
+    def observe(self, value: float) -> None:
+        self.labels().observe(value)
+
+    def set(self, value: float) -> None:
+        self.labels().set(value)
+
+
 class HttpMetrics:
-    """The families of a replica's HTTP edge, on a registry of their own (docs/metrics.md)."""
+    """The families of a replica's HTTP edge (FAMILIES; docs/metrics.md), recorded through Ray."""
 
     def __init__(self) -> None:
-        disable_created_metrics()  # no *_created series: dashboards never use them (process-wide)
-        self.registry = CollectorRegistry(auto_describe=False)
-        r = self.registry
-        self.requests = Counter(
-            PREFIX + "requests",
-            "HTTP responses of this replica's API by endpoint and status code",
-            ["endpoint", "status"],
-            registry=r,
-        )
-        self.duration = Histogram(
-            PREFIX + "request_duration_seconds",
-            "Successful requests, arrival to last byte",
-            ["endpoint"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.ttft = Histogram(
-            PREFIX + "ttft_seconds",
-            "Streamed requests: time to the first generated chunk",
-            ["endpoint"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.tpot = Histogram(
-            PREFIX + "tpot_seconds",
-            "Streamed requests: time per output token after the first",
-            ["endpoint"],
-            buckets=_TPOT_BUCKETS,
-            registry=r,
-        )
-        self.output_tokens = Counter(
-            PREFIX + "output_tokens", "Completion tokens returned", ["endpoint"], registry=r
-        )
-        self.request_modes = Counter(
-            PREFIX + "request_modes",
-            "Chat and completions requests answered, by the speculation modes they ran under",
-            ["modes"],
-            registry=r,
-        )
-        for modes in _REQUEST_MODES:  # series exist from 0
-            self.request_modes.labels(modes)
-        self.request_accept_length = Histogram(
-            PREFIX + "request_accept_length",
-            "Requests decoded ON throughout: tokens per decode step (usage.specflip.accept_length)",
-            buckets=_ACCEPT_BUCKETS,
-            registry=r,
-        )
-        self.streams_windowed = Counter(
-            PREFIX + "streams_windowed",
-            "Streams that switched to one packet per stream_batching_interval_ms because the "
-            "replica's event loop ran behind (deployments.replica.coalesce)",
-            registry=r,
-        )
-        r.register(_ServedCollector())
-        self.policy_reachable = Gauge(
-            PREFIX + "http_policy_reachable",
-            "1 if the policy actor answered the last status/metrics call of this replica",
-            registry=r,
-        )
-        self.policy_restarts = Gauge(
-            PREFIX + "http_policy_restarts",
-            "Times Ray restarted the policy actor, as of this replica's last status/metrics call",
-            registry=r,
-        )
+        m = {name: _Metric(family) for name, family in FAMILIES.items()}
+        self.requests = m[PREFIX + "requests"]
+        self.duration = m[PREFIX + "request_duration_seconds"]
+        self.ttft = m[PREFIX + "ttft_seconds"]
+        self.tpot = m[PREFIX + "tpot_seconds"]
+        self.output_tokens = m[PREFIX + "output_tokens"]
+        self.request_modes = m[PREFIX + "request_modes"]
+        self.request_accept_length = m[PREFIX + "request_accept_length"]
+        self.streams_windowed = m[PREFIX + "streams_windowed"]
+        self.served = m[PREFIX + "served_requests"]
+        self.policy_reachable = m[PREFIX + "http_policy_reachable"]
+        self.policy_restarts = m[PREFIX + "http_policy_restarts"]
 
     def observe_report(self, report: Report) -> None:
         """A request answered by this replica (deployments.http.request_report), whether or not its
@@ -151,32 +213,12 @@ class HttpMetrics:
         if report.modes_label == "on" and report.accept_length is not None:
             self.request_accept_length.observe(report.accept_length)
 
-    def text(self) -> str:
-        return generate_latest(self.registry).decode()
-
-
-class _ServedCollector(Collector):
-    """`specflip_served_requests_total{class, mode}` of this replica (the routing journal's count)."""
-
-    def collect(self) -> Any:
-        from deployments.routing.journal import CLASS_MODES, JOURNAL
-
-        family = CounterMetricFamily(
-            SERVED_FAMILY,
-            "Requests this replica took, by request class and its speculation mode when it took them",
-            labels=["class", "mode"],
-        )
-        counts = dict.fromkeys(CLASS_MODES, 0) | JOURNAL.served_copy()
-        for (cls, mode), n in sorted(counts.items()):
-            family.add_metric([cls, mode], n)
-        yield family
-
 
 _METRICS: HttpMetrics | None = None
 
 
 def http_metrics() -> HttpMetrics:
-    """This process's HTTP metrics (one registry per process, shared by handlers and middleware)."""
+    """This process's HTTP metrics (one set per process, shared by handlers and middleware)."""
     global _METRICS
     if _METRICS is None:
         _METRICS = HttpMetrics()

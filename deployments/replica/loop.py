@@ -41,8 +41,6 @@ class PolicyReporter(Protocol):
 
     async def report_async(self, obs: Observation) -> ClientDecision: ...
 
-    def push_metrics(self, families: list[Any]) -> None: ...
-
 
 def _is_rpc_refusal(err: BaseException) -> bool:
     """The scheduler answered but refused (an engine without EAGLE): alive, not switchable."""
@@ -74,11 +72,8 @@ class SpeculationLoop:
         self.last_step_s: float | None = None  # mean decode step seconds over the last tick
         # latency-class requests in flight here (the server counts them; the MIXED rule sizes from them)
         self.interactive_in_flight: Callable[[], int] = lambda: 0
-        # this replica's HTTP-edge metric families, pushed to the policy actor every `metrics_push_s`
-        # (None: nothing to push)
-        self.edge_metrics: Callable[[], list[Any]] | None = None
-        self.metrics_push_s = 1.0
-        self._pushed_at: float | None = None
+        # requests this replica took by (class, mode), carried by every report (/specflip/status)
+        self.served: Callable[[], tuple[tuple[str, str, int], ...]] = tuple
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -143,7 +138,6 @@ class SpeculationLoop:
                 self.last_step_s = (state.decode_seconds - self.last_state.decode_seconds) / steps
         decision = await self._reporter.report_async(obs)
         self.last_state, self.last_decision, self.last_error = state, decision, None
-        self._push_metrics()
         want_on = decision.desired is SpecMode.ON
         if state is not None and state.patched and want_on != state.requested:
             switch = asyncio.to_thread(self._engine.set_speculation, want_on)
@@ -161,18 +155,6 @@ class SpeculationLoop:
                 decision.reason,
             )
         return decision
-
-    def _push_metrics(self) -> None:
-        now = self._clock()
-        if self.edge_metrics is None or (
-            self._pushed_at is not None and now - self._pushed_at < self.metrics_push_s
-        ):
-            return
-        self._pushed_at = now
-        try:
-            self._reporter.push_metrics(self.edge_metrics())
-        except Exception:  # metrics must never cost a tick
-            log.exception("replica %s: pushing metrics failed", self.replica_id)
 
     def _timed_out(self, call: str) -> None:
         self.control_timeouts += 1
@@ -193,6 +175,7 @@ class SpeculationLoop:
                 patched=False,
                 accept_length=None,
                 policy_source=None if self.last_decision is None else self.last_decision.source,
+                served=self.served(),
             )
         # a switch lands at the next decode step: an idle engine already runs the requested mode
         # for whatever comes next, a busy one the mode in effect
@@ -211,6 +194,7 @@ class SpeculationLoop:
             engine=dataclasses.replace(state, trace=[]),  # the record itself; the step trace stays home
             control_timeouts=self.control_timeouts,
             interactive=self.interactive_in_flight(),
+            served=self.served(),
         )
 
     async def routing_stats(

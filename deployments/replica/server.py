@@ -45,7 +45,7 @@ from deployments.replica.envelope import ReplicaEdge
 from deployments.replica.generate import Generation, sse
 from deployments.replica.loop import SpeculationLoop
 from deployments.replica.warmup import warm_up
-from deployments.routing.journal import JOURNAL
+from deployments.routing.journal import CLASS_MODES, JOURNAL
 from policy.routing import RequestClass
 
 __all__ = ["SpecFlipServer", "replica_id"]
@@ -110,6 +110,7 @@ class SpecFlipServer(SGLangServer):
         )
         self._interactive = 0
         self.loop.interactive_in_flight = lambda: self._interactive
+        self.loop.served = served_counts
         self.loop.start()  # the constructor runs on the replica's user event loop
 
     @classmethod
@@ -128,8 +129,6 @@ class SpecFlipServer(SGLangServer):
 
         app = replica_app(self, self.config, self._llm_config)
         app.add_middleware(ReplicaEdge, server=self)
-        registry = http_metrics().registry
-        self.loop.edge_metrics = lambda: list(registry.collect())
         return app
 
     async def describe(self) -> dict[str, Any]:
@@ -209,7 +208,9 @@ class SpecFlipServer(SGLangServer):
         """Counts the request by class and mode (routed here by Ray's ingress request router, in
         another process), and latency-class requests in flight (the mixed rule's demand)."""
         interactive = request_class is RequestClass.INTERACTIVE
-        JOURNAL.count_served(request_class, self.current_mode())
+        mode = self.current_mode()
+        JOURNAL.count_served(request_class, mode)
+        http_metrics().served.labels(request_class.value, mode).inc()
         self._interactive += interactive
         try:
             async for item in items:
@@ -265,6 +266,12 @@ class SpecFlipServer(SGLangServer):
             "usage": tally.usage(report if report_on else None),
         }
         yield sse(chunk)
+
+
+def served_counts() -> tuple[tuple[str, str, int], ...]:
+    """What this replica took by (class, mode), every pair from 0 (its report carries them)."""
+    counts = dict.fromkeys(CLASS_MODES, 0) | JOURNAL.served_copy()
+    return tuple((cls, mode, n) for (cls, mode), n in sorted(counts.items()))
 
 
 def _count(report: Any) -> None:

@@ -1,7 +1,7 @@
 """What this process routed or served, counted: in Ray's ingress request router (LLMRouter, where
 deployments.routing.router runs) the requests routed by class and the chosen replica's mode, by reason
-and prefix-affinity hits; in a replica the requests it took by class and its mode. Both push their
-counts to the policy actor (`/metrics`, `/specflip/status`). It lives apart from the router because
+and prefix-affinity hits, pushed to the policy actor (`/metrics`, `/specflip/status`); in a replica
+the requests it took by class and its mode, carried by its policy reports (`/specflip/status`). It lives apart from the router because
 Serve pickles the router's module by value: state kept there would be a copy per decision.
 """
 

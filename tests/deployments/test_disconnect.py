@@ -15,6 +15,7 @@ import pytest
 from deployments.local import LocalApp, wait_until
 from tests.deployments.conftest import MODEL
 from tests.prom import total
+from tests.ray_metrics import RAY_REPORT_S, export_text
 from tests.reporting import report
 
 pytestmark = pytest.mark.serve
@@ -59,12 +60,11 @@ def _busy(app: LocalApp) -> int:
 
 def test_closed_streams_stop_generating_at_once_and_count_as_499(app: LocalApp) -> None:
     def metric(status: str) -> float:
-        return total(
-            app.client.metrics(), "specflip_requests_total", endpoint="/v1/completions", status=status
-        )
+        return total(export_text(), "ray_specflip_requests_total", endpoint="/v1/completions", status=status)
 
-    closed_before, failed_before = metric("499"), metric("500")
     wait_until(lambda: _busy(app) == 0, 60, why="no request running before the test")
+    time.sleep(RAY_REPORT_S + 1)  # earlier requests' counts have reached Ray's export
+    closed_before, failed_before = metric("499"), metric("500")
     still_busy: list[int] = []
     events: list[int] = []
     started = time.monotonic()
@@ -81,7 +81,9 @@ def test_closed_streams_stop_generating_at_once_and_count_as_499(app: LocalApp) 
     assert still_busy == [0] * ROUNDS, still_busy
 
     wait_until(  # the replicas push their counts every second
-        lambda: metric("499") - closed_before >= STREAMS * ROUNDS, 15, why="every closed stream counted 499"
+        lambda: metric("499") - closed_before >= STREAMS * ROUNDS,
+        15 + 2 * RAY_REPORT_S,
+        why="every closed stream counted 499",
     )
     assert metric("499") - closed_before == STREAMS * ROUNDS
     assert metric("500") == failed_before
@@ -109,11 +111,10 @@ async def _leave(base: str, i: int) -> None:
 
 def test_a_client_that_stops_waiting_for_a_non_streamed_answer_counts_as_499(app: LocalApp) -> None:
     def metric(status: str) -> float:
-        return total(
-            app.client.metrics(), "specflip_requests_total", endpoint="/v1/completions", status=status
-        )
+        return total(export_text(), "ray_specflip_requests_total", endpoint="/v1/completions", status=status)
 
     wait_until(lambda: _busy(app) == 0, 60, why="no request running before the test")
+    time.sleep(RAY_REPORT_S + 1)  # earlier requests' counts have reached Ray's export
     closed_before, failed_before = metric("499"), metric("500")
 
     async def leave_all() -> None:
@@ -122,7 +123,9 @@ def test_a_client_that_stops_waiting_for_a_non_streamed_answer_counts_as_499(app
     asyncio.run(leave_all())
     wait_until(lambda: _busy(app) == 0, 10, why="the abandoned requests stopped generating")
     wait_until(  # the replicas push their counts every second
-        lambda: metric("499") - closed_before >= LEFT, 15, why="every abandoned request counted 499"
+        lambda: metric("499") - closed_before >= LEFT,
+        15 + 2 * RAY_REPORT_S,
+        why="every abandoned request counted 499",
     )
     assert metric("499") - closed_before == LEFT
     assert metric("500") == failed_before

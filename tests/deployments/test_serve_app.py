@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from deployments.local import LocalApp, wait_until
 from tests.deployments.conftest import MODEL
 from tests.prom import total
+from tests.ray_metrics import RAY_REPORT_S, export_text, wait_for_export
 
 pytestmark = pytest.mark.serve
 PROMPTS = [
@@ -274,29 +275,52 @@ def test_policy_flips_a_replica_off_under_load_and_on_again_with_greedy_outputs_
     assert not mismatched, mismatched[:3]
 
 
-def test_metrics_are_prometheus_text_with_request_latency_and_per_replica_series(app: LocalApp) -> None:
+def test_http_metrics_are_in_rays_export_per_replica_and_metrics_serves_the_policys(app: LocalApp) -> None:
+    """The replicas' HTTP-edge families reach Ray's metrics export (each replica's series with its
+    id), never the policy actor: the app's /metrics has the policy's own families only."""
     r = app.client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
     text = r.text
-    for name in (
-        "specflip_requests_total",
-        "specflip_request_duration_seconds_bucket",
-        "specflip_ttft_seconds_bucket",
-        "specflip_tpot_seconds_bucket",
-        "specflip_output_tokens_total",
-        "specflip_http_policy_reachable",
-    ):
-        assert name in text, name
-    # every replica's own series, with its id as a label, from one scrape of any replica
-    assert total(text, "specflip_requests_total", endpoint="/v1/chat/completions", status="400") >= 1
-    assert total(text, "specflip_requests_total", endpoint="/v1/completions", status="200") >= 1
-    served_by = {
-        s.labels["replica"]
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-        if s.name == "specflip_requests_total" and s.labels.get("endpoint") == "/v1/completions"
-    }
-    assert served_by == set(_modes(app)), served_by
+    assert "specflip_requests" not in text and "specflip_ttft" not in text and "specflip_served" not in text
+    names = (
+        "ray_specflip_requests_total",
+        "ray_specflip_request_duration_seconds_bucket",
+        "ray_specflip_output_tokens_total",
+        "ray_specflip_http_policy_reachable",
+        "ray_specflip_served_requests_total",
+    )
+    replicas, answered = set(_modes(app)), set()
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
+    for _ in range(40):  # until every replica answered a completion (Ray's router picks)
+        answered.add(app.client.post("/v1/completions", body).headers.get("x-specflip-replica"))
+        if answered >= replicas:
+            break
+    assert answered >= replicas, answered
+    bad = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}
+    assert app.client.post("/v1/chat/completions", bad).status_code == 400
+
+    def served_by(export: str) -> set[str]:
+        return {
+            s.labels["replica"]
+            for f in text_string_to_metric_families(export)
+            for s in f.samples
+            if s.name == "ray_specflip_requests_total" and s.labels.get("endpoint") == "/v1/completions"
+        }
+
+    export = wait_for_export(
+        lambda t: (
+            all(n in t for n in names)
+            and served_by(t) == replicas
+            and total(t, "ray_specflip_requests_total", endpoint="/v1/chat/completions", status="400") >= 1
+        ),
+        why="the HTTP-edge families of every replica, the bad chat request counted",
+    )
+    assert total(export, "ray_specflip_requests_total", endpoint="/v1/completions", status="200") >= len(
+        replicas
+    )
+    for s in (s for f in text_string_to_metric_families(export) for s in f.samples):
+        if s.name == "ray_specflip_requests_total":  # Ray Serve's tags on every series
+            assert s.labels["replica"] in replicas and s.labels["deployment"] and s.labels["application"], s
     for rid in _modes(app):
         for series in ("actual_mode", "desired_mode", "running", "waiting", "accept_length", "flips_total"):
             assert f'specflip_policy_{series}{{replica="{rid}"}}' in text, (series, rid)
@@ -312,20 +336,22 @@ def test_a_stream_counts_its_tokens_from_the_servers_tally_without_asking_for_us
     the count from the server's tally (no usage chunk is made, so none can leak to the client)."""
 
     def counts() -> tuple[float, float]:
-        text = app.client.metrics()
+        text = export_text()
         return (
-            total(text, "specflip_output_tokens_total", endpoint="/v1/completions"),
-            total(text, "specflip_tpot_seconds_count", endpoint="/v1/completions"),
+            total(text, "ray_specflip_output_tokens_total", endpoint="/v1/completions"),
+            total(text, "ray_specflip_tpot_seconds_count", endpoint="/v1/completions"),
         )
 
-    time.sleep(1.5)  # what earlier tests' requests left to push has been pushed
+    time.sleep(RAY_REPORT_S + 1)  # what earlier tests' requests recorded has reached Ray's export
     tokens_before, tpot_before = counts()
     body = {"model": MODEL, "prompt": "Count", "max_tokens": 7, "ignore_eos": True, "stream": True}
     r = app.client.post("/v1/completions", body)
     assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")
     assert '"usage": {' not in r.text and '"usage":{' not in r.text  # not asked for: not sent
-    # the replicas push their metric families to the actor every second
-    wait_until(lambda: counts()[0] >= tokens_before + 7, 20, why="the stream's 7 tokens counted")
+    # Ray hands the replica's values to its metrics agent every RAY_REPORT_S
+    wait_until(
+        lambda: counts()[0] >= tokens_before + 7, 3 * RAY_REPORT_S, why="the stream's 7 tokens counted"
+    )
     assert counts() == (tokens_before + 7, tpot_before + 1)
 
 

@@ -26,6 +26,7 @@ from deployments.defaults import cpu_demo_config
 from deployments.local import LocalApp, drain, run_local, wait_until
 from tests.deployments.conftest import MODEL, TOKEN, free_port
 from tests.faults.load import StreamingLoad
+from tests.ray_metrics import wait_for_export
 from tests.reporting import report
 
 pytestmark = pytest.mark.serve
@@ -102,15 +103,20 @@ def test_killing_the_policy_actor_under_load_loses_no_request_and_ray_restarts_t
     after = app.client.status()["policy"]
     assert after["restarted"] is True and after["restarts"] == (before["restarts"] or 0) + 1
     # every replica kept its handle: a metrics call after the restart reaches the same (restarted)
-    # actor; the replica answering reads the count first (1), others as of their last call (0 or 1)
-    text = app.client.get("/metrics").text
-    restarts = [
-        s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-        if s.name == "specflip_http_policy_restarts"
-    ]
-    assert 1.0 in restarts and set(restarts) <= {0.0, 1.0}, restarts
+    # actor; the replica answering reads the count first (1), others as of their last call (0 or 1);
+    # Ray's metrics export shows each replica's gauge
+    assert app.client.get("/metrics").status_code == 200
+
+    def restarts(text: str) -> list[float]:
+        return [
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "ray_specflip_http_policy_restarts"
+        ]
+
+    seen = restarts(wait_for_export(lambda t: 1.0 in restarts(t), why="a replica saw the restart"))
+    assert set(seen) <= {0.0, 1.0}, seen
 
 
 def test_killing_the_serve_controller_under_load_loses_no_request(app: LocalApp) -> None:

@@ -24,11 +24,11 @@ REQUIRED = {
     "specflip_policy_load",
     "specflip_policy_accept_length",
     "specflip_policy_flips_total",
-    "specflip_output_tokens_total",
-    "specflip_ttft_seconds",
-    "specflip_tpot_seconds",
+    "ray_specflip_output_tokens_total",
+    "ray_specflip_ttft_seconds",
+    "ray_specflip_tpot_seconds",
 }
-_METRIC = re.compile(r"\bspecflip_[a-z0-9_]+")
+_METRIC = re.compile(r"\b(?:ray_)?specflip_[a-z0-9_]+")
 _SUFFIX = re.compile(r"_(bucket|sum|count)$")
 
 
@@ -106,7 +106,7 @@ def test_per_replica_panels_filter_by_the_replica_variable(metric: str) -> None:
 
 
 def test_latency_panels_are_histogram_quantiles() -> None:
-    for metric in ("specflip_ttft_seconds", "specflip_tpot_seconds"):
+    for metric in ("ray_specflip_ttft_seconds", "ray_specflip_tpot_seconds"):
         exprs = [e for e in _exprs(_dashboard()) if metric in e]
         assert exprs and all(f"{metric}_bucket" in e and "histogram_quantile" in e for e in exprs), exprs
 

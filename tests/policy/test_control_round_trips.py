@@ -1,8 +1,8 @@
 """`GET /specflip/status` and `GET /metrics` of a replica cost at most two round trips each: one
-call to the real policy actor (this replica's metric families pushed and the fleet read in the
-same call) and one read of Ray's GCS actor table (the actor's restarts). They cost six and three
-before. The actor and the GCS are real (a local Ray); the counters wrap them without changing what
-they answer."""
+call to the real policy actor (the fleet and the routing totals read in one call) and one read of
+Ray's GCS actor table (the actor's restarts). No HTTP metric families travel to the actor: Ray's
+metrics agent exports them (deployments.http.metrics). The actor and the GCS are real (a local
+Ray); the counters wrap them without changing what they answer."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
 from deployments.http import control_routes
 from deployments.http.control_routes import ControlRoutes
 from deployments.http.metrics import HttpMetrics
+from deployments.replica.server import served_counts
 from deployments.routing.journal import JOURNAL
 from policy.routing import RequestClass
+from policy.types import Observation, SpecMode
 from tests.local_ray import local_ray
 
 
@@ -69,21 +71,28 @@ def test_status_asks_the_actor_once_and_the_gcs_once(
 ) -> None:
     calls: list[str] = []
     routes = _routes(monkeypatch, calls)
-    JOURNAL.count_served(RequestClass.INTERACTIVE, "on")  # this replica served one: pushed with the call
+    JOURNAL.count_served(RequestClass.INTERACTIVE, "on")  # this replica served one: on its next report
+    report = Observation("replica-a", 0, 0, SpecMode.ON, True, None, served=served_counts())
+    ray.get(routes._policy._handle.report.remote(report))
     response = asyncio.run(routes.status())
     assert response.status_code == 200
     assert sorted(calls) == ["gcs", "status_view"], calls
     document = json.loads(bytes(response.body))
     assert document["policy"]["restarts"] == 0
-    assert document["routing"]["by_class_and_mode"]["interactive"]["on"] >= 1  # the push reached the sums
+    assert document["routing"]["by_class_and_mode"]["interactive"]["on"] >= 1  # the report reached the sums
     ray.kill(ray.get_actor(routes.config.policy.actor_name, namespace=POLICY_NAMESPACE))
 
 
-def test_metrics_push_and_read_in_one_actor_call(ray_cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_metrics_read_in_one_actor_call_without_http_families(
+    ray_cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[str] = []
     routes = _routes(monkeypatch, calls)
     routes.metrics.requests.labels("/v1/completions", "200").inc()
+    report = Observation("replica-a", 0, 0, SpecMode.ON, True, None, served=served_counts())
+    ray.get(routes._policy._handle.report.remote(report))
     text = bytes(asyncio.run(routes.metrics_text()).body).decode()
     assert sorted(calls) == ["gcs", "metrics_text"], calls
-    assert 'replica="replica-a"' in text  # this replica's families, labelled, in the actor's text
+    assert 'specflip_policy_actual_mode{replica="replica-a"} 1.0' in text  # the policy's own families
+    assert "specflip_requests" not in text and "specflip_served" not in text  # no HTTP families shipped
     ray.kill(ray.get_actor(routes.config.policy.actor_name, namespace=POLICY_NAMESPACE))

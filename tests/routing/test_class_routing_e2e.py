@@ -25,6 +25,7 @@ from loadtests.locust.config import LoadConfig
 from loadtests.locust.run import run_locust
 from tests.deployments.conftest import MODEL, TOKEN, free_port, haproxy_config
 from tests.prom import total
+from tests.ray_metrics import wait_for_export
 
 pytestmark = pytest.mark.serve
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,8 +117,12 @@ def test_interactive_requests_land_on_on_replicas_and_follow_a_flip(app: LocalAp
     metrics = app.client.metrics()
     assert _routed_total(metrics, "interactive", "on") >= by_class["interactive"]
     assert _routed_total(metrics, "interactive", "off") == 0
-    served = total(metrics, "specflip_served_requests_total", **{"class": "batch", "mode": "off"})
-    assert served >= by_class["batch"]
+    # what the replicas served: Ray's metrics export (each replica records its own)
+    batch_off = {"class": "batch", "mode": "off"}
+    wait_for_export(
+        lambda t: total(t, "ray_specflip_served_requests_total", **batch_off) >= by_class["batch"],
+        why="batch requests served OFF",
+    )
 
     # flip the fleet: new interactive requests go where speculation is now ON
     _set_fleet(app, on=b, off=a)
