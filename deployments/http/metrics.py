@@ -10,7 +10,7 @@ them goes to the policy actor. Outside a Ray worker (no `ray.init`) recording do
   and times successful ones to the last byte.
 - `observe_stream` wraps an SSE body: TTFT is the time from the handler's entry to the first
   chunk carrying a choice; TPOT is (last choice chunk - first) / (completion tokens - 1), the
-  token count from the server's own tally of the request (deployments.http.request_report.TallySlot):
+  token count from the server's own tally of the request (deployments.http.request_report.Tally):
   no usage chunk is asked for or parsed back.
 """
 
@@ -313,7 +313,7 @@ async def observe_stream(
 ) -> AsyncIterator[str]:
     """Pass an SSE body through as it came, timing it: TTFT at the first packet carrying a choice,
     TPOT over the last one. Per packet one substring search; nothing is parsed. `tokens()` gives
-    the stream's completion tokens once it has ended (the server's tally: request_report.TallySlot).
+    the stream's completion tokens once it has ended (the server's tally: request_report.Tally).
     """
     m = metrics or http_metrics()
     first: float | None = None
