@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from deployments.http.errors import install_handlers
 from deployments.http.guard import JsonBodyGuard, checked_body, with_checked_body
-from deployments.ray_compat import ChatCompletionRequest, CompletionRequest
+from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest
 
 
 class ReceiveSpy:

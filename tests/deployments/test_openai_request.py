@@ -21,15 +21,23 @@ from openai.types.chat import (
 )
 from openai.types.chat import completion_create_params as chat_params
 
-from deployments.http.openai_request import (
-    CHAT_REQUEST,
-    COMPLETION_REQUEST,
-    MESSAGE,
-    TOP_P_ZERO,
-    conform_chat,
-    conform_completion,
-)
-from deployments.http.schema import Object, Refused
+from deployments.http.openai_models import TOP_P_ZERO, validate_request
+from deployments.http.openai_request import CHAT_REQUEST, COMPLETION_REQUEST, MESSAGE
+from deployments.http.openai_types import Refused
+from deployments.http.schema import Object
+
+
+def conform_chat(body: dict[str, Any], *, model_id: str | None = None) -> dict[str, Any]:
+    return validate_request("chat", body, model_id=model_id).normalized()
+
+
+def conform_completion(
+    body: dict[str, Any], *, model_id: str | None = None, document_start: str | None = None
+) -> dict[str, Any]:
+    return validate_request(
+        "completions", body, model_id=model_id, document_start=document_start
+    ).normalized()
+
 
 USER = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": USER}
