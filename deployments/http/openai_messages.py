@@ -21,6 +21,7 @@ __all__ = [
     "ChatMessage",
     "FunctionTool",
     "JsonSchemaSpec",
+    "MESSAGES",
     "NamedToolChoice",
     "ResponseFormat",
     "StructuralTag",
@@ -86,9 +87,7 @@ TextContent = tagged(str=str, list=_TEXT_PARTS)
 _USER_PART = tagged(
     "type", {"text": TextPart, "image_url": ImagePart, "input_audio": AudioPart, "file": FilePart}
 )
-_USER_PARTS = list[
-    served(_USER_PART, lambda p: isinstance(p, TextPart), _TEXT_ONLY, {"$ref": "#/$defs/TextPart"})
-]
+_USER_PARTS = list[served(_USER_PART, lambda p: isinstance(p, TextPart), _TEXT_ONLY, ("TextPart",))]
 UserContent = tagged(str=str, list=Annotated[_USER_PARTS, Field(min_length=1)])
 _ASSISTANT_PARTS = list[tagged("type", {"text": TextPart, "refusal": RefusalPart})]
 AssistantContent = tagged(str=str, list=Annotated[_ASSISTANT_PARTS, Field(min_length=1)])
@@ -169,7 +168,7 @@ class AssistantMessage(_Message):
             _TOOL_CALL,
             lambda c: isinstance(c, FunctionToolCall),
             "custom tool calls are not supported: this app calls function tools",
-            {"$ref": "#/$defs/FunctionToolCall"},
+            ("FunctionToolCall",),
         )
     ] = unset()
     function_call: _CallFunction | None = Field(None, description="Deprecated; taken as a tool call.")
@@ -197,17 +196,15 @@ class FunctionMessage(_Message):
     name: str
 
 
-ChatMessage = tagged(
-    "role",
-    {
-        "system": SystemMessage,
-        "developer": DeveloperMessage,
-        "user": UserMessage,
-        "assistant": AssistantMessage,
-        "tool": ToolMessage,
-        "function": FunctionMessage,
-    },
-)
+MESSAGES: dict[str, type[Strict]] = {
+    "system": SystemMessage,
+    "developer": DeveloperMessage,
+    "user": UserMessage,
+    "assistant": AssistantMessage,
+    "tool": ToolMessage,
+    "function": FunctionMessage,
+}
+ChatMessage = tagged("role", MESSAGES)
 
 
 # -- tools --------------------------------------------------------------------------------------
@@ -238,7 +235,7 @@ Tool = served(
     tagged("type", {"function": FunctionTool, "custom": CustomTool}),
     lambda t: isinstance(t, FunctionTool),
     "custom tools are not supported: send function tools",
-    {"$ref": "#/$defs/FunctionTool"},
+    ("FunctionTool",),
 )
 
 
@@ -275,12 +272,7 @@ ToolChoice = served(
     ),
     lambda c: isinstance(c, str | NamedToolChoice),
     "allowed_tools and custom tool choices are not supported: send 'none', 'required' or a named function",
-    {
-        "anyOf": [
-            {"enum": ["none", "auto", "required"], "type": "string"},
-            {"$ref": "#/$defs/NamedToolChoice"},
-        ]
-    },
+    ("string", "NamedToolChoice"),
 )
 
 

@@ -35,6 +35,7 @@ from pydantic import (
     Tag,
     ValidationError,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -163,6 +164,19 @@ class _CacheOptions(Strict):
     ttl: Literal["30m"] = unset()
 
 
+_BIAS = number(-100, 100)
+_LOGIT_BIAS = Annotated[
+    dict[Annotated[str, Field(pattern=r"^[0-9]+$")], _BIAS],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "patternProperties": {"^[0-9]+$": {"type": "number", "minimum": -100, "maximum": 100}},
+            "additionalProperties": False,
+        }
+    ),
+]
+
+
 class _StreamOptions(Strict):
     include_usage: bool | None = None
     include_obfuscation: bool | None = Field(None, exclude=True, description=_NO_EFFECT)
@@ -175,7 +189,7 @@ class _Request(Strict):
     model: str
     frequency_penalty: _PENALTY | None = None
     presence_penalty: _PENALTY | None = None
-    logit_bias: dict[Annotated[str, Field(pattern=r"^[0-9]+$")], number(-100, 100)] | None = None
+    logit_bias: _LOGIT_BIAS | None = None
     n: served(integer(1, 128), _one, "this app generates one choice per request", {"const": 1}) | None = None
     seed: _INT64 | None = None
     stop: tagged(str=str, list=Annotated[_TEXTS, Field(max_length=4)]) | None = None

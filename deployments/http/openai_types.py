@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Union
 
@@ -30,6 +31,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    GetJsonSchemaHandler,
     Tag,
     ValidationError,
     WithJsonSchema,
@@ -154,20 +156,50 @@ def number(low: float | None = None, high: float | None = None, *, exclusive_low
 
 
 # -- served in part -----------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: `served` may be a dict
+class _ServedSchema:
+    """A served field's JSON schema: the values served (`served`: a schema; the names of the union
+    members served; None: no value), why, and OpenAI's own schema of the field as `x-openai`."""
+
+    served: dict[str, Any] | tuple[str, ...] | None
+    why: str
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        openai = handler(core_schema)
+        if self.served is None:
+            schema: dict[str, Any] = {"not": {}}
+        elif isinstance(self.served, tuple):
+            kept = [b for b in openai.get("oneOf", []) if _member(b) & set(self.served)]
+            schema = kept[0] if len(kept) == 1 else {"anyOf": kept}
+        else:
+            schema = dict(self.served)
+        return {**schema, "description": self.why, "x-openai": openai}
+
+
+def _member(branch: dict[str, Any]) -> set[str]:
+    """A union branch's names: its JSON type, or the parts of its reference, among them its model's
+    name (pydantic's references are not final yet: `#/$defs/<module>__FunctionTool-Input__1`)."""
+    if "$ref" in branch:
+        return set(re.split(r"__|-|/", str(branch["$ref"])))
+    return {str(branch.get("type"))}
+
+
 def served(
-    annotation: Any, ok: Callable[[Any], bool] | None, why: str, schema: dict[str, Any] | None = None
+    annotation: Any,
+    ok: Callable[[Any], bool] | None,
+    why: str,
+    schema: dict[str, Any] | tuple[str, ...] | None = None,
 ) -> Any:
     """`annotation` (what OpenAI's schema allows) of which this app serves the values `ok` takes
-    (None: none); others are refused with `why`. `schema`: the served values, for /openapi.json."""
+    (None: none); others are refused with `why`. `schema`: the served values for /openapi.json (a
+    JSON schema, or the names of the union members served: models by name, "string")."""
 
     def check(value: Any) -> Any:
         if ok is None or not ok(value):
             raise _refuse(f"{short(value)} is not supported: {why}")
         return value
 
-    served_schema = {"not": {}} if ok is None else schema
-    extra = [WithJsonSchema({**served_schema, "description": why})] if served_schema is not None else []
-    return Annotated[annotation, AfterValidator(check), *extra]
+    return Annotated[annotation, AfterValidator(check), _ServedSchema(None if ok is None else schema, why)]
 
 
 # -- unions -------------------------------------------------------------------------------------
