@@ -19,6 +19,7 @@ from deployments.http.openai_types import Strict, served, tagged, unset
 __all__ = [
     "CACHE_HINT",
     "ChatMessage",
+    "FunctionDefinition",
     "FunctionTool",
     "JsonSchemaSpec",
     "MESSAGES",

@@ -43,6 +43,7 @@ from pydantic import (
 from deployments.http.openai_messages import (
     CACHE_HINT,
     ChatMessage,
+    FunctionDefinition,
     ResponseFormat,
     TextContent,
     Tool,
@@ -133,13 +134,6 @@ class _Voice(Strict):
 class _Prediction(Strict):
     type: Literal["content"]
     content: TextContent
-
-
-class _FunctionDefinition(Strict):
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
-    description: str = unset()
-    parameters: dict[str, Any] = unset()
-    strict: bool | None = None
 
 
 _FUNCTION_CALL = tagged(None, {"name": _Named}, str=Literal["none", "auto"])
@@ -255,7 +249,7 @@ class ChatCompletionRequest(_Request):
     parallel_tool_calls: bool | None = None
     functions: (
         served(
-            Annotated[list[_FunctionDefinition], Field(min_length=1, max_length=128)],
+            Annotated[list[FunctionDefinition], Field(min_length=1, max_length=128)],
             None,
             "deprecated: send tools",
         )
