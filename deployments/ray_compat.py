@@ -23,9 +23,7 @@ __all__ = [
     "DEFAULT_ENDPOINTS",
     "direct_streaming_app",
     "RAY_VERSION",
-    "ChatCompletionRequest",
     "ChatCompletionResponse",
-    "CompletionRequest",
     "CompletionResponse",
     "PowerOfTwoChoicesRequestRouter",
     "PrefixTree",
@@ -65,10 +63,9 @@ check_ray_version()
 # What each private name is for, and when it can go:
 # - SGLangServer: base class of SpecFlipServer. Ray exports no server class for SGLang (ray.serve.llm
 #   has only LLMServer, the vLLM one). Goes when ray.serve.llm exports an SGLang server class.
-# - ChatCompletionRequest, CompletionRequest: the request models the replica's chat/completions
-#   routes validate the checked body into (deployments.http.guard), as Ray's own ingress does; the
-#   two responses document the routes' 200s in the OpenAPI schema.
-#   ray.serve.llm.openai_api_models has public subclasses. Go when specflip has its own models.
+# - ChatCompletionResponse, CompletionResponse: document the routes' 200s in the OpenAPI schema
+#   (the requests are specflip's own models, deployments.http.openai_models).
+#   ray.serve.llm.openai_api_models has public subclasses. Go when specflip has its own.
 # - to_model_metadata: the model card `/v1/models` answers (Ray's own docs example imports it from
 #   here too). DEFAULT_ENDPOINTS: Ray's OpenAI route map, whose `/v1/models` route the app keeps.
 #   openai_fastapi_app (`init`): the FastAPI app with Ray's middleware that make_fastapi_ingress
@@ -86,9 +83,7 @@ check_ray_version()
 #   router keeps it in a detached actor and calls it with a blocking ray.get per request).
 #   ray.serve.llm.request_router exports the router, not the tree. Goes when the tree is public.
 from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E402
-    ChatCompletionRequest,
     ChatCompletionResponse,
-    CompletionRequest,
     CompletionResponse,
     to_model_metadata,
 )

@@ -1,16 +1,16 @@
 """Checks on the raw JSON body of a chat or completions request, before the request models see it.
 
-`check_body` runs them in order, cheapest first, and returns the body normalized (what the
-request models and the engine take) or a `Problem` (HTTP status, a one-line reason naming the
-field, the field):
+`check_request` runs them in order, cheapest first, and returns the request model (validated
+once, normalized) or a `Problem` (HTTP status, a one-line reason naming the field, the field);
+`check_body` the same with the model as its normalized dict:
 
 1. the body itself (`parse_body`): strict JSON (no NaN/Infinity, no lone UTF-16 surrogates), an
    object;
 2. the request's whole cost (`check_cost`), before anything walks the body field by field:
    how many prompts or messages, how many bytes of text across all of them, how many token ids
    (`deployments.http.limits`, `serve.max_*`);
-3. OpenAI's request schema as this app serves it (`deployments.http.openai_request`): known fields
-   only, JSON types strictly, nulls as defaults, integral floats as integers;
+3. the one validation into specflip's request models (`deployments.http.openai_models`): known
+   fields only, JSON types strictly, nulls as defaults, integral floats as integers;
 4. what fits the model (`check_chat_body`, `check_completion_body`): each prompt no longer than
    the context can hold by its size alone, token ids within the vocabulary, `min_tokens` within
    `max_tokens`, `chat_template_kwargs` that do not collide with the template call's own
@@ -24,13 +24,19 @@ import re
 from typing import Any, Literal
 
 from deployments.http.limits import ModelLimits
-from deployments.http.openai_request import conform_chat, conform_completion
-from deployments.http.schema import Problem, Refused
+from deployments.http.openai_models import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    OpenAIRequest,
+    validate_request,
+)
+from deployments.http.openai_types import Problem, Refused
 
 __all__ = [
     "CHAT_TEMPLATE_RESERVED",
     "Problem",
     "check_body",
+    "check_request",
     "check_chat_body",
     "check_completion_body",
     "check_cost",
@@ -173,41 +179,37 @@ def check_cost(endpoint: Endpoint, body: dict[str, Any], limits: ModelLimits) ->
     return None if reason is None else _bad(reason, "prompt", 413)
 
 
-# -- 4. what fits the model, on a body the schema normalized ------------------------------------
-def _check_common(body: dict[str, Any], limits: ModelLimits) -> Problem | None:
+# -- 4. what fits the model, on the validated request -------------------------------------------
+def _check_common(request: OpenAIRequest, limits: ModelLimits) -> Problem | None:
     context = limits.context_tokens
-    for name in ("max_tokens", "max_completion_tokens"):
-        top = body.get(name)
+    tops = {
+        "max_tokens": request.max_tokens,
+        "max_completion_tokens": getattr(request, "max_completion_tokens", None),
+    }
+    for name, top in tops.items():
         if top is not None and context is not None and top > context:
             return _bad(f"{name} {top} exceeds the model's context length {context}", name)
-    stop_ids = body.get("stop_token_ids")
-    if stop_ids is not None:  # SGLang indexes a vocabulary-sized tensor with them
-        problem = _check_ids("stop_token_ids", stop_ids, limits, as_prompt=False)
+    if request.stop_token_ids is not None:  # SGLang indexes a vocabulary-sized tensor with them
+        problem = _check_ids("stop_token_ids", request.stop_token_ids, limits, as_prompt=False)
         if problem is not None:
             return problem
-    min_tokens = body.get("min_tokens")
+    min_tokens = request.min_tokens
     if min_tokens is not None and context is not None and min_tokens > context:  # an int32 tensor in SGLang
         return _bad(f"min_tokens {min_tokens} exceeds the model's context length {context}", "min_tokens")
     if min_tokens is not None:
-        for name in ("max_tokens", "max_completion_tokens"):
-            top = body.get(name)
+        for name, top in tops.items():
             if top is not None and min_tokens > top:
                 return _bad(f"min_tokens {min_tokens} is more than {name} {top}", "min_tokens")
     return None
 
 
-def _content_bytes(message: dict[str, Any]) -> int:
-    content = message.get("content")
-    return len(content.encode("utf-8")) if isinstance(content, str) else 0
-
-
-def check_chat_body(body: dict[str, Any], limits: ModelLimits) -> Problem | None:
-    """Why a chat body the schema normalized cannot be served by this model, or None."""
-    total = sum(_content_bytes(m) for m in body["messages"])
+def check_chat_body(request: ChatCompletionRequest, limits: ModelLimits) -> Problem | None:
+    """Why a validated chat request cannot be served by this model, or None."""
+    total = sum(len(m.content.encode("utf-8")) for m in request.messages)
     reason = limits.too_long("messages", total)
     if reason is not None:
         return _bad(reason, "messages", 413)
-    kwargs = body.get("chat_template_kwargs")
+    kwargs = request.chat_template_kwargs
     if kwargs is not None:
         reserved = sorted(CHAT_TEMPLATE_RESERVED & set(kwargs))
         if reserved:
@@ -216,7 +218,7 @@ def check_chat_body(body: dict[str, Any], limits: ModelLimits) -> Problem | None
                 "itself, not a template variable",
                 f"chat_template_kwargs.{reserved[0]}",
             )
-    return _check_common(body, limits)
+    return _check_common(request, limits)
 
 
 def _check_ids(field: str, ids: list[int], limits: ModelLimits, as_prompt: bool = True) -> Problem | None:
@@ -230,12 +232,12 @@ def _check_ids(field: str, ids: list[int], limits: ModelLimits, as_prompt: bool 
     return None
 
 
-def check_completion_body(body: dict[str, Any], limits: ModelLimits) -> Problem | None:
-    """Why a completions body the schema normalized cannot be served by this model, or None.
+def check_completion_body(request: CompletionRequest, limits: ModelLimits) -> Problem | None:
+    """Why a validated completions request cannot be served by this model, or None.
     `prompt` is a text, a list of texts, a list of token ids, or a list of such lists."""
-    prompt = body["prompt"]
-    single = isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], int))
-    prompts: list[Any] = [prompt] if single else prompt
+    prompt = request.prompt
+    single = isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], int))  # type: ignore[index]
+    prompts: list[Any] = [prompt] if single else prompt  # type: ignore[assignment]
     for i, p in enumerate(prompts):
         field = "prompt" if single else f"prompt[{i}]"
         if isinstance(p, str):
@@ -246,7 +248,28 @@ def check_completion_body(body: dict[str, Any], limits: ModelLimits) -> Problem 
             problem = _check_ids(field, p, limits)
             if problem is not None:
                 return problem
-    return _check_common(body, limits)
+    return _check_common(request, limits)
+
+
+def check_request(
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    limits: ModelLimits,
+    *,
+    model_id: str | None = None,
+) -> OpenAIRequest | Problem:
+    """A parsed body checked (cost, then the one validation into the request model, then model
+    fit), or why it is refused."""
+    problem = check_cost(endpoint, body, limits)
+    if problem is not None:
+        return problem
+    try:
+        request = validate_request(endpoint, body, model_id=model_id, document_start=limits.document_start)
+    except Refused as refused:
+        return refused.problem
+    if isinstance(request, ChatCompletionRequest):
+        return check_chat_body(request, limits) or request
+    return check_completion_body(request, limits) or request
 
 
 def check_body(
@@ -256,16 +279,6 @@ def check_body(
     *,
     model_id: str | None = None,
 ) -> dict[str, Any] | Problem:
-    """A parsed body checked (cost, schema, model fit) and normalized, or why it is refused."""
-    problem = check_cost(endpoint, body, limits)
-    if problem is not None:
-        return problem
-    try:
-        if endpoint == "chat":
-            normalized = conform_chat(body, model_id=model_id)
-        else:
-            normalized = conform_completion(body, model_id=model_id, document_start=limits.document_start)
-    except Refused as refused:
-        return refused.problem
-    check = check_chat_body if endpoint == "chat" else check_completion_body
-    return check(normalized, limits) or normalized
+    """`check_request`'s answer as the normalized body (what the engine takes), or why it is refused."""
+    checked = check_request(endpoint, body, limits, model_id=model_id)
+    return checked if isinstance(checked, Problem) else checked.normalized()

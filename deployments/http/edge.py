@@ -8,28 +8,22 @@ it sees the final status of every response).
 
 Every replica serves this app itself, its routes bound to an in-process `ReplicaApi` that
 calls the replica's server without a Ray hop (`deployments.replica.api`). The chat and
-completions routes take the body the guard parsed and checked (`guard.with_checked_body`): one JSON
-parse per request.
+completions routes take the request model the guard validated (`guard.with_checked_body`): one JSON
+parse and one validation per request.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from deployments.config import SpecFlipConfig
 from deployments.http.errors import install_handlers
 from deployments.http.guard import add_guard_and_cors, with_checked_body
 from deployments.http.limits import ModelLimits
 from deployments.http.metrics import RequestCountMiddleware
+from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from deployments.http.routes import ENDPOINTS, install_openapi
-from deployments.ray_compat import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    openai_fastapi_app,
-    strip_ray_error_and_cors_middleware,
-)
+from deployments.ray_compat import openai_fastapi_app, strip_ray_error_and_cors_middleware
 
 __all__ = ["bind_endpoints", "edge_app"]
 
@@ -57,4 +51,7 @@ def bind_endpoints(app: Any, handlers: Any) -> Any:
 
 
 # the routes whose body the guard checks, and the request model each handler takes
-_BODY_MODELS: dict[str, type[BaseModel]] = {"chat": ChatCompletionRequest, "completions": CompletionRequest}
+_BODY_MODELS: dict[str, type[OpenAIRequest]] = {
+    "chat": ChatCompletionRequest,
+    "completions": CompletionRequest,
+}

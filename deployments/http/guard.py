@@ -1,13 +1,13 @@
 """ASGI middleware in front of the OpenAI POST routes of each replica's HTTP app: the raw body must be a
 JSON object no larger than `serve.max_body_bytes`, and pass `deployments.http.body`'s checks (strict JSON, the
-request's whole cost, OpenAI's request schema as this app serves it, prompt sizes against the
-model's context). Anything else gets a 400 (413) with the reason before FastAPI and the request
-models see it, and before any replica spends anything on it.
+request's whole cost, the one validation into specflip's request models, prompt sizes against the
+model's context). Anything else gets a 400 (413) with the reason before any route sees it, and
+before any replica spends anything on it.
 
-A body that passes is handed on parsed and normalized (nulls as defaults, integral floats as
-integers, message content as text: `deployments.http.openai_request`) in the request's state
-(`checked_body`): the routes validate that dict into the request models (`with_checked_body`), so a
-body is parsed once. It is serialized again only for a reader of the raw body, as
+A body that passes is handed on as its request model (`deployments.http.openai_models`: nulls as
+defaults, integral floats as integers, message content as text) in the request's state: the routes
+take that model (`with_checked_body`), so a body is parsed once and validated once. It is
+serialized again only for a reader of the raw body (`checked_body` gives its normalized dict), as
 `application/json` whatever content type the client sent (curl's default form type, `text/plain`).
 """
 
@@ -17,22 +17,32 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 
 from deployments.config import SpecFlipConfig
-from deployments.http.body import Endpoint, Problem, check_body, parse_body
+from deployments.http.body import Endpoint, Problem, check_request, parse_body
 from deployments.http.errors import error_response
 from deployments.http.limits import ModelLimits, limits_for
+from deployments.http.openai_models import OpenAIRequest
+from deployments.http.openai_types import first_error, problem_of
 
-__all__ = ["MAX_BODY_BYTES", "JsonBodyGuard", "add_guard_and_cors", "checked_body", "with_checked_body"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "JsonBodyGuard",
+    "add_guard_and_cors",
+    "checked_body",
+    "checked_request",
+    "with_checked_body",
+]
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # without a config; else serve.max_body_bytes
 _ENDPOINTS: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
-_STATE_KEY = "specflip_body"  # the checked body's key in the ASGI scope's state (Starlette's request.state)
+_STATE_KEY = (
+    "specflip_request"  # the validated request's key in the ASGI scope's state (Starlette's request.state)
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -57,9 +67,9 @@ class JsonBodyGuard:
             self._limits = limits_for(self._config)
         return self._limits
 
-    def _check(self, endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any] | Problem:
+    def _check(self, endpoint: Endpoint, body: dict[str, Any]) -> OpenAIRequest | Problem:
         config = self._config
-        return check_body(
+        return check_request(
             endpoint,
             body,
             self.limits,
@@ -102,7 +112,7 @@ class JsonBodyGuard:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                body = json.dumps(checked, ensure_ascii=False).encode("utf-8")
+                body = json.dumps(checked.normalized(), ensure_ascii=False).encode("utf-8")
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
@@ -112,31 +122,35 @@ class JsonBodyGuard:
         await self.app(scope, replay, send)
 
 
+def checked_request(request: Request) -> OpenAIRequest | None:
+    """The request model the guard validated for this request (None where no guard ran)."""
+    return request.scope.get("state", {}).get(_STATE_KEY)
+
+
 def checked_body(request: Request) -> dict[str, Any] | None:
-    """The body the guard parsed and checked for this request (None where no guard ran)."""
-    body = request.scope.get("state", {}).get(_STATE_KEY)
-    return body if isinstance(body, dict) else None
+    """The body the guard checked, normalized (None where no guard ran)."""
+    checked = checked_request(request)
+    return None if checked is None else checked.normalized()
 
 
-def with_checked_body(handler: Callable[[Any, Request], Awaitable[Response]], model: type[BaseModel]) -> Any:
-    """A route taking the request alone: the guard's checked body validated into `model` (the
-    request model `handler` takes), no second JSON parse. An invalid body raises FastAPI's
-    RequestValidationError, answered 400 naming the field as FastAPI's own body parsing would be."""
+def with_checked_body(
+    handler: Callable[[Any, Request], Awaitable[Response]], model: type[OpenAIRequest]
+) -> Any:
+    """A route taking the request alone: the guard's validated request model (of `model`, the type
+    `handler` takes) is handed to `handler`: no second JSON parse, no second validation."""
 
     async def endpoint(request: Request) -> Response:
-        data = checked_body(request)
-        if data is None:  # no guard in front (not the case in the app): parse and check here
+        checked = checked_request(request)
+        if not isinstance(checked, model):  # no guard in front (not the case in the app): check here
             parsed = parse_body(await request.body())
             if isinstance(parsed, Problem):
                 return error_response(parsed.status, parsed.message, param=parsed.param)
-            data = parsed
-        try:
-            body = model.model_validate(data)
-        except ValidationError as err:
-            raise RequestValidationError(
-                [{**e, "loc": ("body", *e["loc"])} for e in err.errors(include_url=False)]
-            ) from None
-        return await handler(body, request)
+            try:
+                checked = model.model_validate(parsed)
+            except ValidationError as err:
+                problem = problem_of(first_error(err), model.HINTS)
+                return error_response(problem.status, problem.message, param=problem.param)
+        return await handler(checked, request)
 
     endpoint.__name__ = getattr(handler, "__name__", "endpoint")  # FastAPI's operation id
     endpoint.__doc__ = handler.__doc__

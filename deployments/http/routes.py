@@ -8,8 +8,9 @@ size bound): each answers 404 with that reason and is left out of the schema.
 
 Every route documents the statuses it answers, with the error body (`deployments.http.errors`);
 FastAPI's automatic 422 is removed where the app answers 400 instead. The chat and completions
-request bodies are the body guard's own schemas (`deployments.http.openai_request`), not the
-request models': the document accepts what the app accepts.
+request bodies are the request models' own JSON schemas (`deployments.http.openai_models`, the one
+validation): the document accepts what the app accepts; a field served in part says why, with
+OpenAI's own schema of it as `x-openai`, and SGLang's extras are marked `x-sglang`.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from typing import Any
 
 from deployments.http.control import OverrideRequest
 from deployments.http.errors import ErrorResponse
-from deployments.http.json_schema import json_schema
-from deployments.http.openai_request import CHAT_REQUEST, COMPLETION_REQUEST
+from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from deployments.ray_compat import DEFAULT_ENDPOINTS, ChatCompletionResponse, CompletionResponse
 
-__all__ = ["ENDPOINTS", "NOT_SERVED", "install_openapi"]
+__all__ = ["ENDPOINTS", "NOT_SERVED", "REQUEST_BODIES", "install_openapi", "request_schema"]
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -113,11 +113,18 @@ for _name, (_path, _why) in NOT_SERVED.items():
     ENDPOINTS[_name] = _hidden_post(_path)
 
 _ANSWERS_422 = {"/specflip/override"}
-# request bodies the body guard checks: their schema is the guard's (what the app serves)
-REQUEST_BODIES = {
-    "/v1/chat/completions": ("SpecflipChatCompletionRequest", CHAT_REQUEST),
-    "/v1/completions": ("SpecflipCompletionRequest", COMPLETION_REQUEST),
+# request bodies the body guard validates: their schema is the request model's (what the app serves)
+REQUEST_BODIES: dict[str, tuple[str, type[OpenAIRequest]]] = {
+    "/v1/chat/completions": ("SpecflipChatCompletionRequest", ChatCompletionRequest),
+    "/v1/completions": ("SpecflipCompletionRequest", CompletionRequest),
 }
+_COMPONENTS = "#/components/schemas/"
+
+
+def request_schema(model: type[OpenAIRequest]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A request model's JSON schema for the OpenAPI document, and the component schemas it refers to."""
+    schema = model.model_json_schema(ref_template=_COMPONENTS + "{model}")
+    return schema, schema.pop("$defs", {})
 
 
 def install_openapi(app: Any) -> None:
@@ -133,9 +140,13 @@ def install_openapi(app: Any) -> None:
                 for operation in operations.values():
                     if path not in _ANSWERS_422:
                         operation.get("responses", {}).pop("422", None)
-                    if path in REQUEST_BODIES:  # the route takes the guard's checked body
-                        name, node = REQUEST_BODIES[path]
-                        components[name] = json_schema(node)
+                    if path in REQUEST_BODIES:  # the route takes the guard's validated model
+                        name, model = REQUEST_BODIES[path]
+                        components[name], parts = request_schema(model)
+                        clash = sorted(k for k in parts if components.get(k, parts[k]) != parts[k])
+                        if clash:  # a response model of Ray's with a request part's name
+                            raise RuntimeError(f"OpenAPI component names taken twice: {clash}")
+                        components.update(parts)
                         ref = {"$ref": f"#/components/schemas/{name}"}
                         operation["requestBody"] = {
                             "required": True,

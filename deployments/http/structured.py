@@ -19,7 +19,6 @@ Pure: plain data in and out, no SGLang import (request objects are read by attri
 from __future__ import annotations
 
 import json
-import math
 import re
 import uuid
 from typing import Any
@@ -27,12 +26,9 @@ from typing import Any
 from deployments.http.limits import explain_context_overflow
 
 __all__ = [
-    "STRUCTURED_FIELDS",
     "calls_tools",
-    "carries_structured_fields",
     "check_structured",
     "explain_refusal",
-    "misplaced_fields",
     "parse_tool_calls",
     "sampling_params",
     "template_tools",
@@ -40,44 +36,6 @@ __all__ = [
     "tool_call_message",
     "tool_call_schema",
 ]
-
-# extras SGLang documents for /v1/completions only: on chat, Ray's request model drops them silently
-_COMPLETIONS_ONLY = {"json_schema": 'use response_format {"type": "json_schema", ...} on chat'}
-# chat fields /v1/completions has no use for (its request model drops them silently)
-_CHAT_ONLY = {
-    "tools": "tool calls need /v1/chat/completions",
-    "tool_choice": "tool calls need /v1/chat/completions",
-    "parallel_tool_calls": "tool calls need /v1/chat/completions",
-}
-LOGIT_BIAS_LIMIT = 100.0  # OpenAI: values between -100 and 100
-# every request field this module reads (a body without any of them needs no check here)
-STRUCTURED_FIELDS = (
-    "response_format",
-    "regex",
-    "ebnf",
-    "json_schema",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "logit_bias",
-    "stop_regex",
-)
-
-
-def carries_structured_fields(raw: bytes) -> bool:
-    """Cheap pre-filter on a raw body: does any structured-output field name appear in it?"""
-    return any(f'"{name}"'.encode() in raw for name in STRUCTURED_FIELDS)
-
-
-def misplaced_fields(body: dict[str, Any], *, chat: bool) -> str | None:
-    """A structured-output field sent to the endpoint whose request model would drop it, or None
-    (`body`: the request as the body guard parsed it)."""
-    table = _COMPLETIONS_ONLY if chat else _CHAT_ONLY
-    for name, hint in table.items():
-        if body.get(name) is not None:
-            endpoint = "/v1/chat/completions" if chat else "/v1/completions"
-            return f"{name} is not a field of {endpoint}: {hint}"
-    return None
 
 
 def _tool_choice_name(choice: Any) -> str | None:
@@ -131,11 +89,6 @@ def check_structured(request: Any, *, vocab_size: int | None = None) -> str | No
     json_schema = getattr(request, "json_schema", None)
     if json_schema is not None and not _is_json_object(json_schema):
         return "json_schema must be a JSON schema: a JSON object as a string"
-    fmt_type = _response_format_type(request)
-    if fmt_type == "json_schema":
-        spec = getattr(request.response_format, "json_schema", None)
-        if spec is None or getattr(spec, "schema_", None) is None:
-            return "response_format.json_schema.schema is required for type json_schema"
     reason = _check_tools(request)
     if reason:
         return reason
@@ -163,18 +116,13 @@ def _check_tools(request: Any) -> str | None:
     if named == "":
         return "tool_choice.function.name is required"
     names = []
-    for i, tool in enumerate(tools):
-        if getattr(tool, "type", "function") != "function":
-            return f"tools[{i}].type must be 'function', got {getattr(tool, 'type', None)!r}"
-        params = tool.function.parameters
-        if params is not None and not isinstance(params, dict):
-            return f"tools[{i}].function.parameters must be a JSON schema object"
+    for tool in tools:  # function tools (the request model serves no others)
         names.append(tool.function.name)
     if len(set(names)) != len(names):
         return "tools must have unique function names"
     if named is not None and named not in names:
         return f"tool_choice names function {named!r}, which is not in tools {names}"
-    if tools and choice == "auto":
+    if tools and choice in (None, "auto"):  # OpenAI's default with tools is "auto"
         return (
             "tool_choice 'auto' (the default when tools are sent) is not supported: this server does "
             "not parse calls out of free text in the model's own format; send tool_choice 'required' "
@@ -184,15 +132,10 @@ def _check_tools(request: Any) -> str | None:
 
 
 def _check_logit_bias(bias: Any, vocab_size: int | None) -> str | None:
-    if bias is None:
-        return None
-    for key, value in bias.items():
-        if not (isinstance(key, str) and key.isdigit()):
-            return f"logit_bias keys must be token ids (non-negative integers), got {key!r}"
+    """Token ids within the vocabulary (the request model holds keys to digits, values to [-100, 100])."""
+    for key in bias or {}:
         if vocab_size is not None and int(key) >= vocab_size:
             return f"logit_bias token id {key} is outside the vocabulary (size {vocab_size})"
-        if not math.isfinite(value) or abs(value) > LOGIT_BIAS_LIMIT:
-            return f"logit_bias values must be between -100 and 100, got {value!r} for token {key}"
     return None
 
 
@@ -214,7 +157,7 @@ def template_tools(request: Any) -> list[dict[str, Any]] | None:
     if not tools or getattr(request, "tool_choice", None) == "none":
         return None
     named = _tool_choice_name(request.tool_choice)
-    return [t.model_dump() for t in tools if named is None or t.function.name == named]
+    return [t.model_dump(exclude_none=True) for t in tools if named is None or t.function.name == named]
 
 
 def explain_refusal(request: Any, message: str) -> tuple[str, str | None]:

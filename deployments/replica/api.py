@@ -30,10 +30,10 @@ from deployments.config import SpecFlipConfig
 from deployments.http.control_routes import ControlRoutes
 from deployments.http.edge import bind_endpoints, edge_app
 from deployments.http.errors import error_response, fault_response, request_id_of, safe_stream
-from deployments.http.guard import checked_body
 from deployments.http.metrics import http_metrics, observe_stream
+from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from deployments.http.routes import NOT_SERVED
-from deployments.http.structured import check_structured, misplaced_fields
+from deployments.http.structured import check_structured
 from deployments.ray_compat import to_model_metadata
 from policy.routing import classify
 
@@ -63,24 +63,19 @@ class ReplicaApi:
         self._control = ControlRoutes(config, self._metrics, replica_id=server.replica_id)
 
     # -- generation ----------------------------------------------------------------------------
-    async def chat(self, body: Any, request: Request) -> Response:
-        reason = self._check_structured(body, request, chat=True)
+    async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
+        reason = check_structured(body, vocab_size=self._vocab_size)
         if reason:
             return error_response(400, reason)
         return await self._answer("chat", "/v1/chat/completions", body, request)
 
-    async def completions(self, body: Any, request: Request) -> Response:
-        reason = self._check_structured(body, request, chat=False)
+    async def completions(self, body: CompletionRequest, request: Request) -> Response:
+        reason = check_structured(body, vocab_size=self._vocab_size)
         if reason:
             return error_response(400, reason)
         return await self._answer("completions", "/v1/completions", body, request)
 
-    def _check_structured(self, body: Any, request: Request, *, chat: bool) -> str | None:
-        # the checked body too: a field the endpoint's request model does not have is dropped silently
-        misplaced = misplaced_fields(checked_body(request) or {}, chat=chat)
-        return misplaced or check_structured(body, vocab_size=self._vocab_size)
-
-    async def _answer(self, endpoint: str, path: str, body: Any, request: Request) -> Response:
+    async def _answer(self, endpoint: str, path: str, body: OpenAIRequest, request: Request) -> Response:
         started = time.monotonic()
         if body.model != self._model_id:  # the body guard made it required
             why = f"model {body.model[:100]!r} is not served here: this app serves {self._model_id!r}"

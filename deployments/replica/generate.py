@@ -1,4 +1,5 @@
-"""What a replica makes of one checked chat or completions request: the prompt for its engine, the
+"""What a replica makes of one validated chat or completions request (its request model,
+deployments.http.openai_models): the prompt for its engine, the
 engine's output as OpenAI's answer (a response body, or the chunks of a stream), and the request's
 tally of tokens and modes (deployments.http.request_report). Called by deployments.replica.api
 through the server, with everything it needs as arguments: the request, its tally, and the list
@@ -31,6 +32,7 @@ from jinja2 import TemplateError
 
 from deployments.http import structured
 from deployments.http.limits import ModelLimits
+from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest
 from deployments.http.openai_shape import shape_chat_response, shape_completion_response
 from deployments.http.request_report import Tally
 from deployments.replica.engine import ReplicaEngine
@@ -92,12 +94,8 @@ def _finish_reason(info: Any) -> str:
 
 
 def _chat_messages(messages: list[Any]) -> list[dict[str, Any]]:
-    out = []
-    for message in messages:
-        as_dict = dict(message) if isinstance(message, dict) else dict(message.model_dump())
-        as_dict["role"] = str(as_dict.get("role", "user"))
-        out.append(as_dict)
-    return out
+    """The messages as the chat template takes them: dicts without nulls, content as text."""
+    return [m.model_dump(by_alias=True, exclude_none=True) for m in messages]
 
 
 def _template_kwargs(request: Any) -> dict[str, Any]:
@@ -122,7 +120,9 @@ class Generation:
         self.engine, self._limits = engine, limits
 
     # -- the two endpoints -----------------------------------------------------------------------
-    async def chat(self, request: Any, tally: Tally, rids: list[str]) -> AsyncGenerator[Item, None]:
+    async def chat(
+        self, request: ChatCompletionRequest, tally: Tally, rids: list[str]
+    ) -> AsyncGenerator[Item, None]:
         prompt = self._chat_prompt(request)
         if structured.calls_tools(request):
             async for item in self._tool_calls(request, prompt, tally, rids):
@@ -142,8 +142,10 @@ class Generation:
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
             yield sse(_chunk(gen_id, "chat.completion.chunk", created, request.model, choice))
 
-    async def completions(self, request: Any, tally: Tally, rids: list[str]) -> AsyncGenerator[Item, None]:
-        prompt = request.prompt
+    async def completions(
+        self, request: CompletionRequest, tally: Tally, rids: list[str]
+    ) -> AsyncGenerator[Item, None]:
+        prompt: Any = request.prompt
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
             prompt = [prompt]  # one token-id prompt, not a list of one-token prompts
         prompts = prompt if isinstance(prompt, list) else [prompt]

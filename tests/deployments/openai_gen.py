@@ -1,13 +1,15 @@
-"""Request bodies generated from OpenAI's request schemas, as deployments.http.openai_request declares
-them (fields, types, nullability, ranges, written from OpenAI's field list and checked against
-its SDK in test_openai_request.py), for the conformance test against the real app.
+"""Request bodies generated from OpenAI's request schemas, as the app's request models declare them
+(deployments.http.openai_models: fields, types, nullability, ranges, written from OpenAI's field
+list and checked against its SDK in test_openai_request.py), read from the models' JSON schema
+(what /openapi.json serves), for the conformance test against the real app.
 
 Three kinds, all from a seeded `random.Random` (the same bodies every run):
 
-- `valid(...)`: OpenAI-valid bodies within what the app serves (each `Served` node generates from
-  its served part; the cross-field rules below hold). The app must answer these 200.
-- `unserved(...)`: OpenAI-valid bodies with exactly one value the app refuses by design (a
-  `Served` node's value outside its served part). The app must answer 400 naming that field.
+- `valid(...)`: OpenAI-valid bodies within what the app serves (a field served in part generates
+  from its served schema; the cross-field rules below hold). The app must answer these 200.
+- `unserved(...)`: OpenAI-valid bodies with exactly one value the app refuses by design (a value
+  of the field's OpenAI schema, `x-openai`, outside its served schema). The app must answer 400
+  naming that field.
 - `invalid(...)`: a valid body with one field given the wrong JSON type, or an unknown field
   added. OpenAI answers 400; the app must too, naming the field.
 
@@ -29,24 +31,9 @@ import json
 import random
 from typing import Any
 
-from deployments.http.openai_request import CHAT_REQUEST, COMPLETION_REQUEST, STRUCTURAL_TAG
-from deployments.http.schema import (
-    AnyJson,
-    Array,
-    Boolean,
-    Const,
-    Integer,
-    Never,
-    Node,
-    Number,
-    Object,
-    OneOf,
-    Refused,
-    Served,
-    Text,
-    conform,
-    join,
-)
+from jsonschema import Draft202012Validator
+
+from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["Case", "invalid", "unserved", "valid"]
 
@@ -71,43 +58,88 @@ class Case:
     why: str = ""
 
 
+Schema = dict[str, Any]
+
+
+def _schema(model: Any) -> tuple[Schema, Schema]:
+    schema = model.model_json_schema()
+    return schema, schema.pop("$defs", {})
+
+
+CHAT_SCHEMA, CHAT_DEFS = _schema(ChatCompletionRequest)
+COMPLETION_SCHEMA, COMPLETION_DEFS = _schema(CompletionRequest)
+_DEFS = {**CHAT_DEFS, **COMPLETION_DEFS}
+
+
+def _resolve(node: Schema) -> Schema:
+    while "$ref" in node:
+        node = {**_DEFS[node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _branches(node: Schema) -> list[Schema]:
+    """A node's alternatives other than null."""
+    node = _resolve(node)
+    alternatives = node.get("anyOf") or node.get("oneOf")
+    if alternatives is None or "x-openai" in node:  # a field served in part is one alternative
+        return [node]
+    return [b for alt in alternatives if alt != {"type": "null"} for b in _branches(alt)]
+
+
+def _nullable(node: Schema) -> bool:
+    return {"type": "null"} in (node.get("anyOf") or [])
+
+
+def _never(node: Schema) -> bool:
+    return any("not" in b for b in _branches(node))
+
+
+def _openai(node: Schema) -> Schema:
+    """OpenAI's own schema of a field served in part (else the node itself)."""
+    served = next((b for b in _branches(node) if "x-openai" in b), None)
+    return node if served is None else served["x-openai"]
+
+
+def _sglang(node: Schema) -> bool:
+    return bool(_resolve(node).get("x-sglang"))
+
+
 class _Gen:
     def __init__(self, rng: random.Random, served: bool) -> None:
         self.rng, self.served = rng, served
 
-    def value(self, node: Node, name: str) -> Any:
+    def value(self, node: Schema, name: str) -> Any:
         rng = self.rng
-        if isinstance(node, Served):
-            return self.value(node.served if self.served else node.node, name)
-        if isinstance(node, Text):
-            if node.enum:
-                return rng.choice(node.enum)
-            if node.pattern:
-                return rng.choice(NAMES)
-            return rng.choice(WORDS)[: node.max_length]
-        if isinstance(node, Integer):
+        node = _resolve(node)
+        if "x-openai" in node:  # a field served in part: OpenAI's values, or the served ones
+            return self.value(node["x-openai"] if not self.served else _served_part(node), name)
+        if "const" in node:
+            return node["const"]
+        if "enum" in node:
+            return rng.choice(node["enum"])
+        if "anyOf" in node or "oneOf" in node:  # OpenAI's branches (not SGLang's structural_tag)
+            return self.value(rng.choice([b for b in _branches(node) if not _sglang(b)]), name)
+        kind = node.get("type")
+        if kind == "string":
+            return rng.choice(NAMES) if "pattern" in node else rng.choice(WORDS)[: node.get("maxLength")]
+        if kind == "integer":
             return self._integer(node, name)
-        if isinstance(node, Number):
-            low = node.minimum if node.minimum is not None else -10.0
-            high = node.maximum if node.maximum is not None else 10.0
-            bounds = [high] if node.exclusive_minimum else [low, high]
+        if kind == "number":
+            exclusive = "exclusiveMinimum" in node
+            low = node.get("exclusiveMinimum", node.get("minimum", -10.0))
+            high = node.get("maximum", 10.0)
+            bounds = [high] if exclusive else [low, high]
             return rng.choice(bounds) if rng.random() < 0.3 else round(rng.uniform(low, high), 3)
-        if isinstance(node, Boolean):
+        if kind == "boolean":
             return rng.random() < 0.5
-        if isinstance(node, Const):
-            return node.value
-        if isinstance(node, AnyJson | Never):
-            return {}
-        if isinstance(node, Array):
+        if kind == "array":
             return self._array(node, name)
-        if isinstance(node, OneOf):  # OpenAI's branches (not SGLang's structural_tag)
-            return self.value(rng.choice([b for b in node.branches if b is not STRUCTURAL_TAG]), name)
         return self._object(node)
 
-    def _integer(self, node: Integer, name: str) -> Any:
+    def _integer(self, node: Schema, name: str) -> Any:
         rng = self.rng
-        low = node.minimum if node.minimum is not None else 0
-        high = node.maximum if node.maximum is not None else low + 1000
+        low = node.get("minimum", 0)
+        high = node.get("maximum", low + 1000)
         if name in ("max_tokens", "max_completion_tokens"):
             high = min(high, MAX_NEW)
         if name == "prompt":  # token ids
@@ -116,33 +148,31 @@ class _Gen:
         # JSON Schema's integers include integral numbers: OpenAI's SDKs and JSON tools send 4.0
         return float(value) if rng.random() < 0.15 and abs(value) < 2**53 else value
 
-    def _array(self, node: Array, name: str) -> list[Any]:
-        low = node.min_items or 0
-        high = min(node.max_items if node.max_items is not None else 3, 3)
-        return [self.value(node.items, name) for _ in range(self.rng.randint(max(low, 0), max(low, high)))]
+    def _array(self, node: Schema, name: str) -> list[Any]:
+        low = node.get("minItems", 0)
+        high = min(node.get("maxItems", 3), 3)
+        return [self.value(node["items"], name) for _ in range(self.rng.randint(low, max(low, high)))]
 
-    def _object(self, node: Object) -> dict[str, Any]:
+    def _object(self, node: Schema) -> dict[str, Any]:
         rng = self.rng
-        if node.open:
-            return dict(rng.choice(JSON_SCHEMAS))
-        if node.values is not None:  # a map: logit_bias (token ids) or metadata
-            keys = [str(rng.randrange(VOCAB)) for _ in range(rng.randint(0, 3))]
-            return {k: self.value(node.values, "") for k in keys}
+        values = next(iter(node.get("patternProperties", {}).values()), node.get("additionalProperties"))
+        if "properties" not in node:
+            if isinstance(values, dict):  # a map: logit_bias (token ids) or metadata
+                keys = [str(rng.randrange(VOCAB)) for _ in range(rng.randint(0, 3))]
+                return {k: self.value(values, "") for k in keys}
+            return dict(rng.choice(JSON_SCHEMAS))  # any object: a JSON schema, template variables
         out: dict[str, Any] = {}
-        for key, prop in node.props.items():
-            if prop.extra or (self.served and _never(prop.node)):
+        required = set(node.get("required", ()))
+        for key, prop in node["properties"].items():
+            if _sglang(prop) or (self.served and _never(prop)):
                 continue
-            if not prop.required and rng.random() > P_OPTIONAL:
+            if key not in required and rng.random() > P_OPTIONAL:
                 continue
-            if prop.nullable and rng.random() < P_NULL:
+            if _nullable(prop) and rng.random() < P_NULL:
                 out[key] = None
                 continue
-            out[key] = self.value(prop.node, key)
+            out[key] = self.value(prop, key)
         return out
-
-
-def _never(node: Node) -> bool:
-    return isinstance(node, Served) and isinstance(node.served, Never)
 
 
 def _cross_field_rules(body: dict[str, Any], chat: bool) -> dict[str, Any]:
@@ -165,8 +195,8 @@ def _cross_field_rules(body: dict[str, Any], chat: bool) -> dict[str, Any]:
     return body
 
 
-def _endpoint(chat: bool) -> tuple[str, Object]:
-    return ("/v1/chat/completions", CHAT_REQUEST) if chat else ("/v1/completions", COMPLETION_REQUEST)
+def _endpoint(chat: bool) -> tuple[str, Schema]:
+    return ("/v1/chat/completions", CHAT_SCHEMA) if chat else ("/v1/completions", COMPLETION_SCHEMA)
 
 
 def _model(body: dict[str, Any], model: str) -> dict[str, Any]:
@@ -179,41 +209,55 @@ def valid(rng: random.Random, *, chat: bool, model: str) -> Case:
     return Case(path, _model(body, model))
 
 
-def _served_paths(node: Node, path: str = "") -> list[tuple[str, Served]]:
-    """Every top-level field's Served node, and those of its first message / part (one level)."""
-    if isinstance(node, Served):
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _served_paths(node: Schema, path: str = "") -> list[tuple[str, Schema]]:
+    """Every top-level field served in part, and those of its first message / part (one level)."""
+    node = _resolve(node)
+    if "x-openai" in node:
         return [(path, node)]
-    if isinstance(node, Object) and not node.open and node.values is None:
+    if "properties" in node:
         found = []
-        for key, prop in node.props.items():
-            if not prop.extra:
-                found += _served_paths(prop.node, join(path, key))
+        for key, prop in node["properties"].items():
+            if not _sglang(prop):
+                found += _served_paths(prop, _join(path, key))
         return found
-    if isinstance(node, Array):
-        return _served_paths(node.items, join(path, 0))
-    if isinstance(node, OneOf):
-        return [p for b in node.branches for p in _served_paths(b, path)]
+    if node.get("type") == "array":
+        return _served_paths(node["items"], _join(path, 0))
+    if "anyOf" in node or "oneOf" in node:
+        return [p for b in _branches(node) for p in _served_paths(b, path)]
     return []
 
 
+def _served_part(served: Schema) -> Schema:
+    return {k: v for k, v in served.items() if k not in ("x-openai", "description")}
+
+
+def _served_by(served: Schema, value: Any) -> bool:
+    """Whether the served part of a field's schema takes `value`."""
+    return Draft202012Validator({**_served_part(served), "$defs": _DEFS}).is_valid(value)
+
+
 def unserved(rng: random.Random, *, chat: bool, model: str) -> list[Case]:
-    """For every Served field of the request: a valid body with that field set to a value OpenAI
-    allows and the app does not serve."""
+    """For every field served in part: a valid body with that field set to a value OpenAI allows
+    and the app does not serve."""
     path, schema = _endpoint(chat)
     cases = []
     for where, served in _served_paths(schema):
-        for _ in range(50):  # a value of OpenAI's node the served node refuses
-            value = _Gen(rng, served=False).value(served.node, where.rsplit(".", 1)[-1])
-            try:
-                conform(served.served, value, where)
-            except Refused:
+        for _ in range(50):  # a value of OpenAI's schema the served part refuses
+            value = _Gen(rng, served=False).value(served["x-openai"], where.rsplit(".", 1)[-1])
+            if not _served_by(served, value):
                 break
         else:
             continue
         body = _Gen(rng, served=True)._object(schema)
         body = _cross_field_rules({k: v for k, v in body.items() if k != "tools"}, chat)
         body.pop("tool_choice", None)
-        cases.append(Case(path, _model(_set(body, where, value, chat), model), where, served.why))
+        cases.append(Case(path, _model(_set(body, where, value, chat), model), where, served["description"]))
     return cases
 
 
@@ -235,14 +279,21 @@ def _set(body: dict[str, Any], where: str, value: Any, chat: bool) -> dict[str, 
     return {**body, where: value}
 
 
-WRONG_TYPES: dict[type, list[Any]] = {
-    Text: [5, True, ["x"]],
-    Integer: ["5", True, 2.5, [1]],
-    Number: ["0.5", False, {}],
-    Boolean: ["yes", 1, "true", None],
-    Array: ["x", 3, {}],
-    Object: ["x", 1, []],
+WRONG_TYPES: dict[str, list[Any]] = {
+    "string": [5, True, ["x"]],
+    "integer": ["5", True, 2.5, [1]],
+    "number": ["0.5", False, {}],
+    "boolean": ["yes", 1, "true", None],
+    "array": ["x", 3, {}],
+    "object": ["x", 1, []],
 }
+
+
+def _json_type(node: Schema) -> str | None:
+    """The JSON type OpenAI's schema gives a field (None: several)."""
+    branches = _branches(_openai(node))
+    kinds = {b.get("type", "object" if "properties" in b else None) for b in branches}
+    return kinds.pop() if len(kinds) == 1 and len(branches) == 1 else None
 
 
 def invalid(rng: random.Random, *, chat: bool, model: str) -> list[Case]:
@@ -250,12 +301,11 @@ def invalid(rng: random.Random, *, chat: bool, model: str) -> list[Case]:
     unknown fields."""
     path, schema = _endpoint(chat)
     cases = []
-    for key, prop in schema.props.items():
-        node = prop.node.node if isinstance(prop.node, Served) else prop.node
-        wrong = WRONG_TYPES.get(type(node))
+    for key, prop in schema["properties"].items():
+        wrong = WRONG_TYPES.get(_json_type(prop) or "")
         if not wrong or key == "model":
             continue
-        value = rng.choice([w for w in wrong if not (w is None and prop.nullable)])
+        value = rng.choice([w for w in wrong if not (w is None and _nullable(prop))])
         base = valid(rng, chat=chat, model=model).body
         cases.append(Case(path, {**base, key: value}, key, f"{key} as {json.dumps(value)}"))
     for unknown in ("foo", "stream_mode", "max_length", "functions_list"):

@@ -400,8 +400,8 @@ def test_a_replica_sent_an_oversized_prompt_directly_refuses_it_and_keeps_servin
     own size bound refuses it before any tokenization, and the replica keeps answering meanwhile."""
     from ray import serve
 
+    from deployments.http.openai_models import CompletionRequest
     from deployments.http.request_report import Tally
-    from deployments.ray_compat import CompletionRequest
     from deployments.replica.prompts import PromptTooLarge
     from policy.routing import RequestClass
 

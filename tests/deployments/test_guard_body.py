@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from deployments.http.errors import install_handlers
 from deployments.http.guard import JsonBodyGuard, checked_body, with_checked_body
-from deployments.ray_compat import ChatCompletionRequest, CompletionRequest
+from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest
 
 
 class ReceiveSpy:
@@ -90,3 +90,27 @@ def test_the_request_models_refusal_is_a_400_naming_the_field() -> None:
         r = client.post("/v1/chat/completions", json={"model": "m", "messages": "not a list"})
     assert r.status_code == 400, r.text
     assert "messages" in r.json()["error"]["message"]
+
+
+def test_the_handler_gets_the_very_model_the_guard_validated() -> None:
+    """One validation per request: the route hands on the guard's model, it does not build another
+    from a dict (as it did into Ray's request models)."""
+    from deployments.http.guard import checked_request
+
+    seen: list[tuple[Any, Any]] = []
+
+    async def chat(body: ChatCompletionRequest, request: Request) -> Response:
+        seen.append((body, checked_request(request)))
+        return JSONResponse({})
+
+    app = FastAPI()
+    install_handlers(app)
+    app.add_middleware(JsonBodyGuard, config=None)
+    app.post("/v1/chat/completions")(with_checked_body(chat, ChatCompletionRequest))
+    with TestClient(app) as client:
+        r = client.post(
+            "/v1/chat/completions", json={"model": "m", "messages": [{"role": "User", "content": "x"}]}
+        )
+    assert r.status_code == 200, r.text
+    ((body, checked),) = seen
+    assert body is checked and body.messages[0].role == "user"

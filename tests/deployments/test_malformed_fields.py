@@ -26,9 +26,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from deployments.http.body import Problem, check_body
-from deployments.http.json_schema import json_schema
 from deployments.http.limits import ModelLimits
-from deployments.http.routes import REQUEST_BODIES
+from deployments.http.routes import REQUEST_BODIES, request_schema
 
 USER = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {"name": "f"}}]
@@ -197,6 +196,25 @@ def _enum_fields(node: Any, path: str, out: dict[str, tuple[set[Any], bool]], nu
         _enum_fields(sub, f"{path}.{key}" if path else key, out)
     if isinstance(node.get("items"), dict):
         _enum_fields(node["items"], f"{path}[]", out)
+
+
+def json_schema(model: Any) -> dict[str, Any]:
+    """The request body's schema as /openapi.json serves it, its references inlined and its
+    `oneOf`s (tagged unions) read as `anyOf`s (OpenAI's own schema of a field, `x-openai`, left out)."""
+    schema, parts = request_schema(model)
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, list):
+            return [inline(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            return inline(
+                {**parts[node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+            )
+        return {("anyOf" if k == "oneOf" else k): inline(v) for k, v in node.items() if k != "x-openai"}
+
+    return dict(inline(schema))
 
 
 @pytest.mark.parametrize("route", sorted(REQUEST_BODIES))

@@ -1,5 +1,5 @@
-"""The request schema the body guard holds chat and completions bodies to
-(deployments.http.openai_request): OpenAI-valid bodies come out normalized to what the request models
+"""The request models the body guard validates chat and completions bodies into
+(deployments.http.openai_models): OpenAI-valid bodies come out normalized to what the request models
 and the engine take, everything else is refused naming the field. Its field lists are checked
 against the OpenAI Python SDK's request types (an independent transcription of OpenAI's
 schema). What the real app answers to generated requests: test_openai_conformance.py."""
@@ -20,16 +20,29 @@ from openai.types.chat import (
     ChatCompletionUserMessageParam,
 )
 from openai.types.chat import completion_create_params as chat_params
+from pydantic import BaseModel
 
-from deployments.http.openai_request import (
-    CHAT_REQUEST,
-    COMPLETION_REQUEST,
-    MESSAGE,
+from deployments.http.openai_messages import MESSAGES
+from deployments.http.openai_models import (
     TOP_P_ZERO,
-    conform_chat,
-    conform_completion,
+    ChatCompletionRequest,
+    CompletionRequest,
+    validate_request,
 )
-from deployments.http.schema import Object, Refused
+from deployments.http.openai_types import Refused
+
+
+def conform_chat(body: dict[str, Any], *, model_id: str | None = None) -> dict[str, Any]:
+    return validate_request("chat", body, model_id=model_id).normalized()
+
+
+def conform_completion(
+    body: dict[str, Any], *, model_id: str | None = None, document_start: str | None = None
+) -> dict[str, Any]:
+    return validate_request(
+        "completions", body, model_id=model_id, document_start=document_start
+    ).normalized()
+
 
 USER = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": USER}
@@ -49,19 +62,26 @@ def _required(typed_dict: Any) -> set[str]:
     return {k for k, hint in hints.items() if typing.get_origin(hint) is typing.Required}
 
 
-def _openai_fields(schema: Object) -> set[str]:
-    return {k for k, p in schema.props.items() if not p.extra}
+def _openai_fields(model: type[BaseModel]) -> set[str]:
+    """The model's fields by their JSON names, without SGLang's extras (marked `x-sglang`)."""
+    return {
+        field.alias or name
+        for name, field in model.model_fields.items()
+        if not (isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("x-sglang"))
+    }
 
 
 @pytest.mark.parametrize(
     ("schema", "sdk"),
     [
-        (CHAT_REQUEST, _keys(chat_params.CompletionCreateParamsStreaming)),
-        (COMPLETION_REQUEST, _keys(completion_params.CompletionCreateParamsStreaming)),
+        (ChatCompletionRequest, _keys(chat_params.CompletionCreateParamsStreaming)),
+        (CompletionRequest, _keys(completion_params.CompletionCreateParamsStreaming)),
     ],
     ids=["chat", "completions"],
 )
-def test_every_openai_request_field_is_known_and_extras_are_marked(schema: Object, sdk: set[str]) -> None:
+def test_every_openai_request_field_is_known_and_extras_are_marked(
+    schema: type[BaseModel], sdk: set[str]
+) -> None:
     assert _openai_fields(schema) - NEWER_THAN_THE_SDK == sdk
 
 
@@ -78,11 +98,9 @@ def test_every_openai_request_field_is_known_and_extras_are_marked(schema: Objec
 )
 def test_every_message_role_has_openais_fields(message_type: Any) -> None:
     role = typing.get_args(typing.get_type_hints(message_type)["role"])[0]
-    branch = next(
-        b for b in MESSAGE.branches if isinstance(b, Object) and b.props["role"].node.enum == (role,)
-    )
+    branch = MESSAGES[role]
     assert _openai_fields(branch) == _keys(message_type)
-    assert {k for k, p in branch.props.items() if p.required} == _required(message_type)
+    assert {k for k, f in branch.model_fields.items() if f.is_required()} == _required(message_type)
 
 
 CHAT_SERVED: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
@@ -342,17 +360,17 @@ def test_refused_bodies_name_the_field(
 
 
 def test_every_refusal_by_design_is_listed_in_the_docs() -> None:
-    """Each value OpenAI allows and this app refuses (a `Served` node) is in
+    """Each value OpenAI allows and this app refuses (a field served in part) is in
     docs/structured_output.md's "Refused by design" table, under its field's name."""
     import pathlib
     import re
 
-    from tests.deployments.openai_gen import _served_paths
+    from tests.deployments.openai_gen import CHAT_SCHEMA, COMPLETION_SCHEMA, _served_paths
 
     doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "structured_output.md").read_text()
     table = doc.split("**Refused by design**", 1)[1].split("\n\n", 2)[1]
     listed = set(re.findall(r"`([a-z_\[\].]+)`", table))
-    for schema in (CHAT_REQUEST, COMPLETION_REQUEST):
+    for schema in (CHAT_SCHEMA, COMPLETION_SCHEMA):
         for path, _ in _served_paths(schema):
             name = re.sub(r"\[0\]", "[]", path)
             assert name in listed, (name, sorted(listed))

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from deployments.http import structured
+from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest
 from deployments.http.structured import check_structured, sampling_params
-from deployments.ray_compat import ChatCompletionRequest, CompletionRequest
 
 MSG = [{"role": "user", "content": "hi"}]
 TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
@@ -69,8 +69,7 @@ def test_tool_calls_are_constrained_to_sglangs_json_array_and_parsed_back() -> N
         (chat(tools=[TOOL]), "send tool_choice 'required'"),  # "auto": what to send instead
         (chat(tools=[TOOL], tool_choice="auto"), "send tool_choice 'required'"),
         (chat(tool_choice="required"), "tool_choice requires tools"),
-        (chat(logit_bias={"x": 1}), "logit_bias keys must be token ids"),
-        (chat(logit_bias={"5": 101}), "logit_bias values must be between"),
+        (chat(logit_bias={"5000": 1}), "logit_bias token id 5000 is outside the vocabulary"),
         (text(stop_regex="("), "stop_regex '(' is not a valid"),
         (text(json_schema="[]"), "json_schema must be a JSON schema"),
     ],
@@ -90,3 +89,19 @@ def test_what_cannot_be_honoured_is_refused_naming_the_field(request_: Any, word
 )
 def test_tool_choices_the_replica_answers_as_a_json_array_pass(request_: Any) -> None:
     assert check_structured(request_) is None
+
+
+@pytest.mark.parametrize(
+    ("bias", "param", "words"),
+    [({"x": 1}, "logit_bias.x", "must match"), ({"5": 101}, "logit_bias.5", "must be in [-100, 100]")],
+)
+def test_logit_bias_keys_and_values_are_the_request_models_to_refuse(
+    bias: dict[str, Any], param: str, words: str
+) -> None:
+    from deployments.http.openai_models import validate_request
+    from deployments.http.openai_types import Refused
+
+    with pytest.raises(Refused) as refused:
+        validate_request("chat", {"model": "m", "messages": MSG, "logit_bias": bias})
+    problem = refused.value.problem
+    assert problem.param == param and words in problem.message, problem
