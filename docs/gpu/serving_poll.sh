@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
-# usage: serving_poll.sh SECONDS — wait, show progress, pack what serving_chain.sh wrote into $OUT
-sleep "${1:-0}"
+# usage: serving_poll.sh SECONDS — wait, show progress, pack what serving_chain.sh wrote into $OUT.
+# The packs are refreshed every POLL_EVERY seconds (default 60) while it waits, so a device command
+# that runs past its limit, or a host taken back mid-wait, still brings back the latest results.
 R=${CHAIN_RESULTS:-/tmp/persist/results/serving}
+pack() {
+  [ -n "${OUT:-}" ] || return 0
+  # written beside, then renamed: a command cut off mid-pack leaves the previous pack whole
+  one() { local name=$1; shift; tar czf "$OUT/.$name.tmp" -C "$R" "$@" 2> /dev/null; mv "$OUT/.$name.tmp" "$OUT/$name"; }
+  [ -d "$R/rawvsapp" ] && one rawvsapp.tgz --exclude='*.jsonl' --exclude='locust_*' rawvsapp rawvsapp.log progress.log
+  for d in fit sweep transition_closed transition_open; do
+    [ -d "$R/$d" ] && one "$d.tgz" --exclude='*.jsonl' "$d" "$d.log" progress.log $([ "$d" = fit ] && echo fitted.yaml)
+  done
+  [ -d "$R/arrivals" ] && one arrivals.tgz arrivals arrivals.log
+  [ -d "$R/jit" ] && cp "$R"/jit/*.tgz "$OUT"/ 2> /dev/null
+  return 0
+}
+end=$((SECONDS + ${1:-0}))
+while [ $SECONDS -lt $end ]; do
+  left=$((end - SECONDS))
+  sleep $((left < ${POLL_EVERY:-60} ? left : ${POLL_EVERY:-60}))
+  pack
+done
 cat "$R/progress.log" 2>/dev/null
 for f in "$R"/*.log; do
   [ -f "$f" ] && [ "$(basename "$f")" != progress.log ] && { echo "== $f"; grep -v "^\s*$" "$f" | grep -v "waiting for" | tail -n 12; }
 done
-if [ -d "$R/rawvsapp" ] && [ -n "${OUT:-}" ]; then
-  tar czf "$OUT/rawvsapp.tgz" -C "$R" --exclude='*.jsonl' --exclude='locust_*' rawvsapp rawvsapp.log progress.log 2>/dev/null
-fi
-for d in fit sweep transition_closed transition_open; do
-  if [ -d "$R/$d" ] && [ -n "${OUT:-}" ]; then
-    tar czf "$OUT/$d.tgz" -C "$R" --exclude='*.jsonl' "$d" "$d.log" progress.log $([ "$d" = fit ] && echo fitted.yaml) 2> /dev/null
-  fi
-done
-if [ -d "$R/arrivals" ] && [ -n "${OUT:-}" ]; then tar czf "$OUT/arrivals.tgz" -C "$R" arrivals arrivals.log 2> /dev/null; fi
-if [ -d "$R/jit" ] && [ -n "${OUT:-}" ]; then cp "$R"/jit/*.tgz "$OUT"/ 2> /dev/null; fi
+pack
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
 true
