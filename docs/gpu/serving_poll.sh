@@ -3,16 +3,16 @@
 # The packs are refreshed every POLL_EVERY seconds (default 60) while it waits, so a device command
 # that runs past its limit, or a host taken back mid-wait, still brings back the latest results.
 R=${CHAIN_RESULTS:-/tmp/persist/results/serving}
+# one NAME TAR_ARGS...: written beside, then renamed, so a command cut off mid-pack leaves the last pack whole
+one() { local name=$1; shift; tar czf "$OUT/.$name.tmp" -C "$R" "$@" 2> /dev/null; mv "$OUT/.$name.tmp" "$OUT/$name"; }
 pack() {
   [ -n "${OUT:-}" ] || return 0
-  # written beside, then renamed: a command cut off mid-pack leaves the previous pack whole
-  one() { local name=$1; shift; tar czf "$OUT/.$name.tmp" -C "$R" "$@" 2> /dev/null; mv "$OUT/.$name.tmp" "$OUT/$name"; }
   [ -d "$R/rawvsapp" ] && one rawvsapp.tgz --exclude='*.jsonl' --exclude='locust_*' rawvsapp rawvsapp.log progress.log
   for d in fit sweep transition_closed transition_open; do
     [ -d "$R/$d" ] && one "$d.tgz" --exclude='*.jsonl' "$d" "$d.log" progress.log $([ "$d" = fit ] && echo fitted.yaml)
   done
   [ -d "$R/arrivals" ] && one arrivals.tgz arrivals arrivals.log
-  [ -d "$R/jit" ] && cp "$R"/jit/*.tgz "$OUT"/ 2> /dev/null
+  [ -d "$R/jit" ] && cp -u "$R"/jit/*.tgz "$OUT"/ 2> /dev/null  # the kernel caches once, not every minute
   return 0
 }
 end=$((SECONDS + ${1:-0}))

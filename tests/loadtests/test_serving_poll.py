@@ -12,14 +12,24 @@ ROOT = Path(__file__).resolve().parents[2]
 POLL = ROOT / "docs" / "gpu" / "serving_poll.sh"
 
 
-def test_poll_packs_results_before_its_wait_ends(tmp_path: Path) -> None:
-    results, out = tmp_path / "results", tmp_path / "out"
-    (results / "sweep").mkdir(parents=True)
+def _chain_results(tmp: Path, files: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """A results folder holding `files` (path -> text), an empty $OUT, and the poll's environment."""
+    results, out = tmp / "results", tmp / "out"
+    for name, text in files.items():
+        (results / name).parent.mkdir(parents=True, exist_ok=True)
+        (results / name).write_text(text)
     out.mkdir()
-    (results / "sweep" / "sweep.csv").write_text("shape,variant\ntree,on\n")
-    (results / "sweep.log").write_text("run 1\n")
-    (results / "progress.log").write_text("[chain] sweep: start\n")
-    env = {**os.environ, "CHAIN_RESULTS": str(results), "OUT": str(out), "POLL_EVERY": "1"}
+    return out, {**os.environ, "CHAIN_RESULTS": str(results), "OUT": str(out)}
+
+
+def test_poll_packs_results_before_its_wait_ends(tmp_path: Path) -> None:
+    files = {
+        "sweep/sweep.csv": "shape,variant\ntree,on\n",
+        "sweep.log": "run 1\n",
+        "progress.log": "[chain] sweep: start\n",
+    }
+    out, env = _chain_results(tmp_path, files)
+    env["POLL_EVERY"] = "1"
     # a 60-s wait killed after 3 s, as the device tool kills a command at its limit
     done = subprocess.run(["timeout", "3", "bash", str(POLL), "60"], env=env, capture_output=True, timeout=30)
     assert done.returncode == 124
@@ -31,13 +41,8 @@ def test_poll_packs_results_before_its_wait_ends(tmp_path: Path) -> None:
 
 
 def test_poll_without_a_wait_prints_progress_and_packs(tmp_path: Path) -> None:
-    results, out = tmp_path / "results", tmp_path / "out"
-    (results / "fit").mkdir(parents=True)
-    out.mkdir()
-    (results / "fit" / "results.json").write_text("{}")
-    (results / "fitted.yaml").write_text("x: 1\n")
-    (results / "progress.log").write_text("[chain] fit: rc=0\n")
-    env = {**os.environ, "CHAIN_RESULTS": str(results), "OUT": str(out)}
+    files = {"fit/results.json": "{}", "fitted.yaml": "x: 1\n", "progress.log": "[chain] fit: rc=0\n"}
+    out, env = _chain_results(tmp_path, files)
     done = subprocess.run(["bash", str(POLL), "0"], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0
     assert "[chain] fit: rc=0" in done.stdout
