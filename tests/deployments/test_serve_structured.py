@@ -264,6 +264,11 @@ def _engines(app: LocalApp) -> dict[str, dict[str, Any]]:
     return {r["replica_id"]: r["engine"] for r in app.client.replicas()}
 
 
+def _flipped_twice(app: LocalApp, before: dict[str, dict[str, Any]]) -> bool:
+    now = _engines(app)
+    return all(now[rid]["toggles"] >= e["toggles"] + 2 for rid, e in before.items())
+
+
 def _check(answers: dict[str, dict[str, Any]], biased: str, when: str) -> None:
     for label, answer in answers.items():
         ok = CASES[label][3]({**answer, "biased": biased})
@@ -309,7 +314,12 @@ def check_off_on_toggled(app: LocalApp, labels: list[str], biased: str) -> None:
         toggler = threading.Thread(target=toggle, daemon=True)
         toggler.start()
         try:
-            rounds = [_run_all(app, labels) for _ in range(2)]
+            # a flip takes effect at the replica's next engine step: a replica that the round balancer
+            # gave few requests may not have stepped through two flips yet, so serve more rounds
+            # (every one checked below) until each has, six at most
+            rounds: list[dict[str, dict[str, Any]]] = []
+            while len(rounds) < 2 or (len(rounds) < 6 and not _flipped_twice(app, before)):
+                rounds.append(_run_all(app, labels))
         finally:
             stop.set()
             toggler.join(timeout=10)
