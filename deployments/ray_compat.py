@@ -20,11 +20,12 @@ from typing import Any
 import ray
 
 __all__ = [
-    "DEFAULT_ENDPOINTS",
     "direct_streaming_app",
     "RAY_VERSION",
     "ChatCompletionResponse",
     "CompletionResponse",
+    "ModelCard",
+    "ModelList",
     "PowerOfTwoChoicesRequestRouter",
     "PrefixTree",
     "SGLangServer",
@@ -35,9 +36,7 @@ __all__ = [
     "standalone_request_router",
     "stop_serve",
     "init_sglang_server_without_engine",
-    "openai_fastapi_app",
     "sglang_server_state_not_set",
-    "strip_ray_error_and_cors_middleware",
     "to_model_metadata",
 ]
 
@@ -64,14 +63,11 @@ check_ray_version()
 # - SGLangServer: base class of SpecFlipServer. Ray exports no server class for SGLang (ray.serve.llm
 #   has only LLMServer, the vLLM one). Goes when ray.serve.llm exports an SGLang server class.
 # - ChatCompletionResponse, CompletionResponse: document the routes' 200s in the OpenAPI schema
-#   (the requests are specflip's own models, deployments.http.openai_models).
-#   ray.serve.llm.openai_api_models has public subclasses. Go when specflip has its own.
+#   (the requests are specflip's own models, deployments.http.openai_models), and ModelList,
+#   ModelCard the model routes'. ray.serve.llm.openai_api_models has public subclasses. Go when
+#   specflip has its own.
 # - to_model_metadata: the model card `/v1/models` answers (Ray's own docs example imports it from
-#   here too). DEFAULT_ENDPOINTS: Ray's OpenAI route map, whose `/v1/models` route the app keeps.
-#   openai_fastapi_app (`init`): the FastAPI app with Ray's middleware that make_fastapi_ingress
-#   would build, so the app can add its own middleware. ray.serve.llm.ingress exports
-#   make_fastapi_ingress but none of these. Go when `build_openai_app` takes extra endpoints and
-#   ASGI middleware.
+#   here too). Goes when ray.serve.llm exports it.
 # - Direct streaming (Ray 2.60, experimental in Ray): the server deployment becomes the ingress and
 #   serves the engine's own OpenAI ASGI app (SGLangServer.__serve_build_asgi_app__); HAProxy asks an
 #   ingress request router deployment (Ray's LLMRouter, which picks through the server deployment's
@@ -85,6 +81,8 @@ check_ray_version()
 from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: E402
     ChatCompletionResponse,
     CompletionResponse,
+    ModelCard,
+    ModelList,
     to_model_metadata,
 )
 
@@ -100,8 +98,6 @@ from ray.llm._internal.serve.core.ingress.builder import (  # noqa: E402
     _build_direct_streaming_llm_deployment,
     _build_openai_ingress_request_router,
 )
-from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS  # noqa: E402
-from ray.llm._internal.serve.core.ingress.ingress import init as openai_fastapi_app  # noqa: E402
 from ray.llm._internal.serve.core.server import builder as _server_builder  # noqa: E402
 from ray.llm._internal.serve.engines.sglang import SGLangServer  # noqa: E402
 from ray.llm._internal.serve.routing_policies.prefix_aware.prefix_tree import PrefixTree  # noqa: E402
@@ -193,34 +189,6 @@ def sglang_server_state_not_set() -> set[str]:
         and isinstance(node.ctx, ast.Load)
     }
     return read - defined - set(_SGLANG_SERVER_STATE)
-
-
-# Ray's `init()` app (openai_fastapi_app) adds two middlewares the app replaces: CORS with
-# `allow_origins=["*"]` and `allow_credentials=True` (Starlette then reflects any Origin with
-# credentials), and a BaseHTTPMiddleware whose `_handle_application_exceptions` answers every
-# exception with its text and traceback (and a 500 for client errors it does not know).
-# Goes when Ray's ingress takes its CORS options and error handler as arguments.
-_RAY_ERROR_MIDDLEWARE = "_handle_application_exceptions"
-
-
-def strip_ray_error_and_cors_middleware(app: Any) -> None:
-    """Remove Ray's CORS and exception-to-500 middleware from a not yet started FastAPI app."""
-    from starlette.middleware.base import BaseHTTPMiddleware
-    from starlette.middleware.cors import CORSMiddleware
-
-    def ray_owned(m: Any) -> bool:
-        if m.cls is CORSMiddleware:
-            return True
-        dispatch = m.kwargs.get("dispatch") if m.cls is BaseHTTPMiddleware else None
-        return getattr(dispatch, "__name__", "") == _RAY_ERROR_MIDDLEWARE
-
-    removed = [m for m in app.user_middleware if ray_owned(m)]
-    if len(removed) != 2:
-        raise UnsupportedRayVersion(
-            f"Ray's OpenAI app no longer has the CORS and error middleware specflip replaces "
-            f"(found {len(removed)} of 2): update deployments/ray_compat.py"
-        )
-    app.user_middleware[:] = [m for m in app.user_middleware if not ray_owned(m)]
 
 
 # An actor's GCS record (its NumRestarts; its owner's address), read through Ray's debugging

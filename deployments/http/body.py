@@ -1,8 +1,7 @@
 """Checks on the raw JSON body of a chat or completions request, before the request models see it.
 
 `check_request` runs them in order, cheapest first, and returns the request model (validated
-once, normalized) or a `Problem` (HTTP status, a one-line reason naming the field, the field);
-`check_body` the same with the model as its normalized dict:
+once, normalized) or a `Problem` (HTTP status, a one-line reason naming the field, the field):
 
 1. the body itself (`parse_body`): strict JSON (no NaN/Infinity, no lone UTF-16 surrogates), an
    object;
@@ -35,7 +34,6 @@ from deployments.http.openai_types import Problem, Refused
 __all__ = [
     "CHAT_TEMPLATE_RESERVED",
     "Problem",
-    "check_body",
     "check_request",
     "check_chat_body",
     "check_completion_body",
@@ -270,15 +268,3 @@ def check_request(
     if isinstance(request, ChatCompletionRequest):
         return check_chat_body(request, limits) or request
     return check_completion_body(request, limits) or request
-
-
-def check_body(
-    endpoint: Endpoint,
-    body: dict[str, Any],
-    limits: ModelLimits,
-    *,
-    model_id: str | None = None,
-) -> dict[str, Any] | Problem:
-    """`check_request`'s answer as the normalized body (what the engine takes), or why it is refused."""
-    checked = check_request(endpoint, body, limits, model_id=model_id)
-    return checked if isinstance(checked, Problem) else checked.normalized()

@@ -1,10 +1,10 @@
 """The HTTP app in front of the OpenAI handlers that every replica serves.
 
-Ray Serve LLM's own FastAPI app (`ray_compat.openai_fastapi_app`, what `make_fastapi_ingress`
-builds) with Ray's CORS and exception middleware replaced by specflip's: the error handlers
-(`deployments.http.errors`), the served routes' OpenAPI document (`deployments.http.routes`), the raw-body
-guard and CORS (`deployments.http.guard`), and the request counter (`deployments.http.metrics`, outermost:
-it sees the final status of every response).
+A plain FastAPI app with specflip's error handlers (`deployments.http.errors`), the served routes'
+OpenAPI document (`deployments.http.routes`), the raw-body guard and CORS (`deployments.http.guard`),
+and the request counter (`deployments.http.metrics`, outermost: it sees the final status of every
+response). Nothing of Ray's OpenAI ingress app: a route the app does not serve is a 404 naming
+what it serves.
 
 Every replica serves this app itself, its routes bound to an in-process `ReplicaApi` that
 calls the replica's server without a Ray hop (`deployments.replica.api`). The chat and
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi import FastAPI
+
 from deployments.config import SpecFlipConfig
 from deployments.http.errors import install_handlers
 from deployments.http.guard import add_guard_and_cors, with_checked_body
@@ -23,7 +25,6 @@ from deployments.http.limits import ModelLimits
 from deployments.http.metrics import RequestCountMiddleware
 from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from deployments.http.routes import ENDPOINTS, install_openapi
-from deployments.ray_compat import openai_fastapi_app, strip_ray_error_and_cors_middleware
 
 __all__ = ["bind_endpoints", "edge_app"]
 
@@ -31,8 +32,7 @@ __all__ = ["bind_endpoints", "edge_app"]
 def edge_app(config: SpecFlipConfig, limits: ModelLimits | None = None) -> Any:
     """A FastAPI app with specflip's middleware and error handlers, no routes yet. `limits`: the
     model's, read once by the replica (None: the guard reads them on first use)."""
-    app = openai_fastapi_app()  # Ray's FastAPI app with its middleware
-    strip_ray_error_and_cors_middleware(app)  # replaced: errors.install_handlers, CORS below
+    app = FastAPI(title="specflip", description="OpenAI-compatible API with dynamic EAGLE-3 speculation")
     install_handlers(app)
     install_openapi(app)
     add_guard_and_cors(app, config, limits)

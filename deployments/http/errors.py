@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -38,6 +39,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_SERVED = (
+    "this app serves /v1/chat/completions, /v1/completions and /v1/models (a generative model: no "
+    "embeddings, audio, scoring or tokenizing), and /specflip/status, /specflip/override, /metrics"
+)
 _TYPES = {
     400: "BadRequestError",
     401: "AuthenticationError",
@@ -88,8 +93,7 @@ def error_response(
 def request_id_of(request: Request | None) -> str:
     if request is None:
         return "unknown"
-    rid = getattr(request.state, "request_id", None) or request.headers.get("x-request-id")
-    return str(rid or "unknown")
+    return request.headers.get("x-request-id") or uuid.uuid4().hex  # made only for an error
 
 
 def _replica_gone(err: BaseException) -> bool:
@@ -151,7 +155,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     status = getattr(exc, "status_code", 500)
     detail = getattr(exc, "detail", None)
     if status == 404 and detail in (None, "Not Found"):
-        detail = f"no route {request.method} {request.url.path} (see /openapi.json)"
+        detail = f"{request.method} {request.url.path[:100]} is not served here: {_SERVED}"
     elif status == 405:
         detail = f"method {request.method} is not allowed on {request.url.path}"
     headers = getattr(exc, "headers", None)

@@ -6,18 +6,15 @@ before any replica spends anything on it.
 
 A body that passes is handed on as its request model (`deployments.http.openai_models`: nulls as
 defaults, integral floats as integers, message content as text) in the request's state: the routes
-take that model (`with_checked_body`), so a body is parsed once and validated once. It is
-serialized again only for a reader of the raw body (`checked_body` gives its normalized dict), as
-`application/json` whatever content type the client sent (curl's default form type, `text/plain`).
+take that model (`with_checked_body`), so a body is parsed once and validated once, whatever content
+type the client sent (curl's default form type, `text/plain`), and never serialized again.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from pydantic import ValidationError
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
@@ -27,13 +24,11 @@ from deployments.http.body import Endpoint, Problem, check_request, parse_body
 from deployments.http.errors import error_response
 from deployments.http.limits import ModelLimits, limits_for
 from deployments.http.openai_models import OpenAIRequest
-from deployments.http.openai_types import first_error, problem_of
 
 __all__ = [
     "MAX_BODY_BYTES",
     "JsonBodyGuard",
     "add_guard_and_cors",
-    "checked_body",
     "checked_request",
     "with_checked_body",
 ]
@@ -106,20 +101,8 @@ class JsonBodyGuard:
         if isinstance(checked, Problem):
             await _refuse(checked, scope, receive, send)
             return
-        replayed = False
-
-        async def replay() -> Message:  # only a reader of the raw body pays for serializing it again
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                body = json.dumps(checked.normalized(), ensure_ascii=False).encode("utf-8")
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-type"]
-        state = {**scope.get("state", {}), _STATE_KEY: checked}
-        scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")], "state": state}
-        await self.app(scope, replay, send)
+        # the routes take the model, never the body: `receive` is left with what comes after it
+        await self.app({**scope, "state": {**scope.get("state", {}), _STATE_KEY: checked}}, receive, send)
 
 
 def checked_request(request: Request) -> OpenAIRequest | None:
@@ -127,29 +110,17 @@ def checked_request(request: Request) -> OpenAIRequest | None:
     return request.scope.get("state", {}).get(_STATE_KEY)
 
 
-def checked_body(request: Request) -> dict[str, Any] | None:
-    """The body the guard checked, normalized (None where no guard ran)."""
-    checked = checked_request(request)
-    return None if checked is None else checked.normalized()
-
-
 def with_checked_body(
     handler: Callable[[Any, Request], Awaitable[Response]], model: type[OpenAIRequest]
 ) -> Any:
     """A route taking the request alone: the guard's validated request model (of `model`, the type
-    `handler` takes) is handed to `handler`: no second JSON parse, no second validation."""
+    `handler` takes) is handed to `handler`: no second JSON parse, no second validation. Only
+    behind the guard (`add_guard_and_cors`): a route without one is a fault, not a silent check."""
 
     async def endpoint(request: Request) -> Response:
         checked = checked_request(request)
-        if not isinstance(checked, model):  # no guard in front (not the case in the app): check here
-            parsed = parse_body(await request.body())
-            if isinstance(parsed, Problem):
-                return error_response(parsed.status, parsed.message, param=parsed.param)
-            try:
-                checked = model.model_validate(parsed)
-            except ValidationError as err:
-                problem = problem_of(first_error(err), model.HINTS)
-                return error_response(problem.status, problem.message, param=problem.param)
+        if not isinstance(checked, model):
+            raise RuntimeError(f"{request.url.path}: no body guard in front of this route")
         return await handler(checked, request)
 
     endpoint.__name__ = getattr(handler, "__name__", "endpoint")  # FastAPI's operation id

@@ -1,10 +1,8 @@
 """The app's HTTP routes and what its OpenAPI document says about them.
 
 Served: the OpenAI chat and completions routes, the model list, and the app's own
-`/specflip/status`, `/specflip/override` and `/metrics`. Ray's OpenAI app also has routes for
-embeddings, transcriptions, scoring and (de)tokenizing; this app serves none of them (a
-generative EAGLE-3 model; Ray's tokenize handlers tokenize on the replica's event loop with no
-size bound): each answers 404 with that reason and is left out of the schema.
+`/specflip/status`, `/specflip/override` and `/metrics`; any other path is a 404 naming these
+(`deployments.http.errors`).
 
 Every route documents the statuses it answers, with the error body (`deployments.http.errors`);
 FastAPI's automatic 422 is removed where the app answers 400 instead. The chat and completions
@@ -21,9 +19,9 @@ from typing import Any
 from deployments.http.control import OverrideRequest
 from deployments.http.errors import ErrorResponse
 from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest, OpenAIRequest
-from deployments.ray_compat import DEFAULT_ENDPOINTS, ChatCompletionResponse, CompletionResponse
+from deployments.ray_compat import ChatCompletionResponse, CompletionResponse, ModelCard, ModelList
 
-__all__ = ["ENDPOINTS", "NOT_SERVED", "REQUEST_BODIES", "install_openapi", "request_schema"]
+__all__ = ["ENDPOINTS", "REQUEST_BODIES", "install_openapi", "request_schema"]
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -82,8 +80,10 @@ _OVERRIDE_200: _Responses = {
 }
 
 ENDPOINTS: dict[str, Callable[[Any], Any]] = {
-    "models": DEFAULT_ENDPOINTS["models"],
-    "model_data": lambda app: app.get("/v1/models/{model:path}", responses=_errors(404, 500)),
+    "models": lambda app: app.get("/v1/models", response_model=ModelList),
+    "model_data": lambda app: app.get(
+        "/v1/models/{model:path}", response_model=ModelCard, responses=_errors(404, 500)
+    ),
     "completions": lambda app: app.post("/v1/completions", responses=_generation(CompletionResponse)),
     "chat": lambda app: app.post("/v1/chat/completions", responses=_generation(ChatCompletionResponse)),
     "specflip_status": lambda app: app.get("/specflip/status", responses={**_STATUS_200, **_errors(503)}),
@@ -94,23 +94,6 @@ ENDPOINTS: dict[str, Callable[[Any], Any]] = {
     ),
     "prometheus_metrics": lambda app: app.get("/metrics", responses=_METRICS_200),
 }
-
-# Ray's routes this app does not serve: method name -> (path, why)
-NOT_SERVED = {
-    "embeddings": ("/v1/embeddings", "this app serves a generative model: no embeddings"),
-    "transcriptions": ("/v1/audio/transcriptions", "this app serves a text model: no audio"),
-    "score": ("/v1/score", "this app serves a generative model: no scoring"),
-    "tokenize": ("/tokenize", "this app does not serve tokenization; use the model's tokenizer"),
-    "detokenize": ("/detokenize", "this app does not serve detokenization; use the model's tokenizer"),
-}
-
-
-def _hidden_post(path: str) -> Callable[[Any], Any]:
-    return lambda app: app.post(path, include_in_schema=False)
-
-
-for _name, (_path, _why) in NOT_SERVED.items():
-    ENDPOINTS[_name] = _hidden_post(_path)
 
 _ANSWERS_422 = {"/specflip/override"}
 # request bodies the body guard validates: their schema is the request model's (what the app serves)

@@ -13,7 +13,7 @@ TPOT, ended with `[DONE]`, an error event on a failure mid-stream). A client tha
 
 Routes (`deployments.http.routes.ENDPOINTS`): `/v1/chat/completions`, `/v1/completions`,
 `/v1/models`, `/v1/models/{model}`; `/specflip/status`, `/specflip/override` (bearer token) and
-`/metrics` (deployments.http.control_routes); Ray's other OpenAI routes answer 404 with the reason.
+`/metrics` (deployments.http.control_routes); any other path answers 404 naming these.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from deployments.http.edge import bind_endpoints, edge_app
 from deployments.http.errors import error_response, fault_response, request_id_of, safe_stream
 from deployments.http.metrics import http_metrics, observe_stream
 from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest, OpenAIRequest
-from deployments.http.routes import NOT_SERVED
 from deployments.http.structured import check_structured
 from deployments.ray_compat import to_model_metadata
 from policy.routing import classify
@@ -121,22 +120,6 @@ class ReplicaApi:
             return self._card
         return error_response(404, f"model {model[:100]!r} is not served here", "InvalidModel")
 
-    # -- Ray's routes this app does not serve: 404 with the reason ------------------------------
-    async def embeddings(self, request: Request) -> Response:
-        return _not_served("embeddings")
-
-    async def transcriptions(self, request: Request) -> Response:
-        return _not_served("transcriptions")
-
-    async def score(self, request: Request) -> Response:
-        return _not_served("score")
-
-    async def tokenize(self, request: Request) -> Response:
-        return _not_served("tokenize")
-
-    async def detokenize(self, request: Request) -> Response:
-        return _not_served("detokenize")
-
     # -- control, status, metrics (deployments.http.control_routes) ------------------------------
     async def specflip_status(self) -> Response:
         return await self._control.status()
@@ -177,11 +160,6 @@ class _Stream(StreamingResponse):
         finally:
             if not finished:
                 self._on_cut()
-
-
-def _not_served(name: str) -> Response:
-    path, why = NOT_SERVED[name]
-    return error_response(404, f"{path} is not served: {why}")
 
 
 def _client_error(err: Exception) -> JSONResponse | None:

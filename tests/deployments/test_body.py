@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from deployments.http.body import Problem, check_body, check_cost, parse_body
+from deployments.http.body import Problem, check_cost, parse_body
 from deployments.http.limits import ModelLimits, explain_context_overflow, max_token_bytes, read_limits
+from tests.deployments.bodies import check_body
 
 LIMITS = ModelLimits(
     context_tokens=100,

@@ -5,7 +5,7 @@ every tagged union: message roles, content part, tool, tool choice and response 
 Every field whose schema is a fixed set of values (an `enum` or a `const`: the tags that tell
 messages, content parts, tools, tool choices and response formats apart, and the enum fields) has
 a place below: a valid body with that field in it. Hypothesis puts objects, arrays, numbers,
-booleans, nulls and strings outside the set there, and the body check (`check_body`, the guard's
+booleans, nulls and strings outside the set there, and the body check (`check_request`, the guard's
 whole check, run directly: no app) must answer a 4xx whose `param` is that field or a field inside
 it (a null is the default where OpenAI's schema makes the field nullable). The places are checked
 against the app's own request schema (what /openapi.json serves), so a new enum field without a
@@ -25,9 +25,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from deployments.http.body import Problem, check_body
+from deployments.http.body import Problem
 from deployments.http.limits import ModelLimits
 from deployments.http.routes import REQUEST_BODIES, request_schema
+from tests.deployments.bodies import check_body
 
 USER = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {"name": "f"}}]

@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
-from deployments.http.body import Problem, check_body
+from deployments.http.body import Problem
 from deployments.http.limits import read_limits
 from deployments.local import LocalApp
+from tests.deployments.bodies import check_body
 from tests.deployments.conftest import MODEL
 from tests.deployments.openai_gen import Case, invalid, unserved, valid
 from tests.reporting import report

@@ -54,9 +54,14 @@ def test_the_state_check_notices_a_missing_attribute(monkeypatch: pytest.MonkeyP
     assert ray_compat.sglang_server_state_not_set() == {"_is_paused", "_sleeping_tags"}
 
 
-def test_the_app_replaces_rays_cors_and_error_middleware() -> None:
-    from deployments.ray_compat import openai_fastapi_app, strip_ray_error_and_cors_middleware
+def test_the_replicas_app_has_only_specflips_middleware() -> None:
+    """A plain FastAPI app (nothing of Ray's OpenAI ingress app: its any-origin CORS with credentials
+    and its exception-to-500 middleware are not there to strip)."""
+    from deployments.config import SpecFlipConfig
+    from deployments.http.edge import edge_app
+    from deployments.http.limits import ModelLimits
 
-    app = openai_fastapi_app()
-    strip_ray_error_and_cors_middleware(app)
-    assert [m.cls.__name__ for m in app.user_middleware] == ["SetRequestIdMiddleware"]
+    config = SpecFlipConfig.parse({"model": {"path": "/models/target"}})
+    app = edge_app(config, ModelLimits())
+    names = [m.cls.__name__ for m in app.user_middleware]
+    assert names == ["RequestCountMiddleware", "CORSMiddleware", "JsonBodyGuard"]
