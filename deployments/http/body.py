@@ -10,10 +10,11 @@ once, normalized) or a `Problem` (HTTP status, a one-line reason naming the fiel
    (`deployments.http.limits`, `serve.max_*`);
 3. the one validation into specflip's request models (`deployments.http.openai_models`): known
    fields only, JSON types strictly, nulls as defaults, integral floats as integers;
-4. what fits the model (`check_chat_body`, `check_completion_body`): each prompt no longer than
-   the context can hold by its size alone, token ids within the vocabulary, `min_tokens` within
-   `max_tokens`, `chat_template_kwargs` that do not collide with the template call's own
-   arguments (tools and the other structured-output fields: `deployments.http.structured`).
+4. what fits the model (`check_chat_body`, `check_completion_body`): the messages no longer than
+   the context can hold by their size alone (a prompt's size was checked with the cost), token
+   ids within the vocabulary, `min_tokens` within `max_tokens`, `chat_template_kwargs` that do not
+   collide with the template call's own arguments (tools and the other structured-output fields:
+   `deployments.http.structured`).
 """
 
 from __future__ import annotations
@@ -236,16 +237,12 @@ def check_completion_body(request: CompletionRequest, limits: ModelLimits) -> Pr
     prompt = request.prompt
     single = isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], int))  # type: ignore[index]
     prompts: list[Any] = [prompt] if single else prompt  # type: ignore[assignment]
-    for i, p in enumerate(prompts):
-        field = "prompt" if single else f"prompt[{i}]"
-        if isinstance(p, str):
-            reason = limits.too_long(field, len(p.encode("utf-8")))
-            if reason is not None:
-                return _bad(reason, field, 413)
-        else:
-            problem = _check_ids(field, p, limits)
-            if problem is not None:
-                return problem
+    for i, p in enumerate(prompts):  # a text's size against the context was checked with the cost
+        problem = (
+            None if isinstance(p, str) else _check_ids("prompt" if single else f"prompt[{i}]", p, limits)
+        )
+        if problem is not None:
+            return problem
     return _check_common(request, limits)
 
 
