@@ -39,7 +39,7 @@ from typing import Any
 import ray
 
 from policy.fleet import FleetView
-from policy.metrics import PREFIX_FAMILY, REASONS_FAMILY, PolicyMetrics
+from policy.metrics import PREFIX_FAMILY, REASONS_FAMILY, ROUTED_FAMILY, PolicyMetrics
 from policy.rules import decide
 from policy.state import PolicyState, seed_replica
 from policy.types import (
@@ -117,12 +117,12 @@ class SpeculationPolicy:
         self, routing: bool = True
     ) -> tuple[FleetStatus, list[dict[tuple[str, ...], float]]]:
         """What a replica's /specflip/status needs, in one round trip: the fleet status and (with
-        `routing`) the routing totals: requests served by (class, mode), summed over the replicas'
-        last reports; the request router's decisions by (reason,) and prefix affinity by (result,)."""
+        `routing`) the request router's totals: requests routed by (class, mode), its decisions by
+        (reason,) and prefix affinity by (result,)."""
         sums: list[dict[tuple[str, ...], float]] = []
         if routing:
             sums = [
-                self._fleet.served_totals(),
+                self._metrics.router.totals(ROUTED_FAMILY, "class", "mode"),
                 self._metrics.router.totals(REASONS_FAMILY, "reason"),
                 self._metrics.router.totals(PREFIX_FAMILY, "result"),
             ]

@@ -137,14 +137,6 @@ class FleetView:
         )
         return FleetStatus(tuple(replicas), self.config, ticks, self._restarted, now - self._started_at)
 
-    def served_totals(self) -> dict[tuple[str, ...], float]:
-        """Requests served by (class, mode), summed over the replicas' last reports."""
-        out: dict[tuple[str, ...], float] = {}
-        for obs in self._latest.values():
-            for cls, mode, n in obs.served:
-                out[(cls, mode)] = out.get((cls, mode), 0.0) + n
-        return out
-
     @property
     def replica_ids(self) -> tuple[str, ...]:
         return tuple(self._latest)

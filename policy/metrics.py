@@ -17,11 +17,20 @@ from prometheus_client.registry import Collector
 
 from policy.types import STALE_SOURCE, FleetStatus, Override, ReplicaStatus, SpecMode
 
-__all__ = ["ENGINE_PREFIX", "PREFIX", "PREFIX_FAMILY", "REASONS_FAMILY", "PolicyMetrics", "PushedFamilies"]
+__all__ = [
+    "ENGINE_PREFIX",
+    "PREFIX",
+    "PREFIX_FAMILY",
+    "REASONS_FAMILY",
+    "ROUTED_FAMILY",
+    "PolicyMetrics",
+    "PushedFamilies",
+]
 
 PREFIX = "specflip_policy_"
 ENGINE_PREFIX = "specflip_engine_"
 # the request router's pushed families /specflip/status sums (deployments.routing.journal)
+ROUTED_FAMILY = "specflip_routed_requests"  # routing decisions by class and the chosen replica's mode
 REASONS_FAMILY = "specflip_routed_reasons"
 PREFIX_FAMILY = "specflip_routed_prefix"
 

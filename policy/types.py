@@ -136,8 +136,6 @@ class Observation:
     engine: SpeculationState | None = None
     control_timeouts: int = 0  # this replica's control calls to its engine that timed out
     interactive: int = 0  # latency-class requests in flight on the replica (class routing)
-    # requests the replica took since it started, by (class, mode when taken) (/specflip/status sums them)
-    served: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,11 +85,18 @@ FORBIDDEN = {
     "deployments.http": (
         "deployments.replica",
         "deployments.routing.router",
+        "deployments.routing.journal",
         "deployments.app",
         "deployments.local",
     ),
-    # the replica process around its engine: takes the class from the request, never the router's code
-    "deployments.replica": ("deployments.routing.router", "deployments.app", "deployments.local"),
+    # the replica process around its engine: takes the class from the request, never the router's
+    # code or counts (what it served is its own metric)
+    "deployments.replica": (
+        "deployments.routing.router",
+        "deployments.routing.journal",
+        "deployments.app",
+        "deployments.local",
+    ),
 }
 
 

@@ -151,7 +151,7 @@ class ControlRoutes:
             expected_replicas=self.config.replicas.count,
         )
         document["policy"]["restarts"] = await self.policy_restarts()
-        if self.replica_id is not None:  # every replica counted what it took, the actor sums
+        if self.replica_id is not None:  # the request router's counts, as it pushed them last
             document["routing"] = {"class_routing": self.config.class_routing, **_fleet_routing(*sums)}
         return JSONResponse(document)
 
@@ -210,15 +210,15 @@ class ControlRoutes:
 
 
 def _fleet_routing(
-    served: dict[tuple[str, ...], float],
+    routed: dict[tuple[str, ...], float],
     reasons: dict[tuple[str, ...], float],
     prefix: dict[tuple[str, ...], float],
 ) -> dict[str, Any]:
-    """Over the fleet, as the policy actor sums them: requests by class and the mode of the replica
-    that took them (from every replica's last report), the request router's decisions by reason
-    and its prefix-affinity hits (its last push)."""
+    """The request router's counts as it pushed them last: requests by class and the mode of the
+    replica it chose, its decisions by reason, its prefix-affinity hits. (What each replica
+    served, by class and its mode on arrival, is Ray's export `ray_specflip_served_requests_total`.)"""
     by_class: dict[str, dict[str, int]] = {}
-    for (cls, mode), n in sorted(served.items()):
+    for (cls, mode), n in sorted(routed.items()):
         by_class.setdefault(cls, {})[mode] = int(n)
     return {
         "by_class_and_mode": by_class,

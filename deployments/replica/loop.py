@@ -72,8 +72,6 @@ class SpeculationLoop:
         self.last_step_s: float | None = None  # mean decode step seconds over the last tick
         # latency-class requests in flight here (the server counts them; the MIXED rule sizes from them)
         self.interactive_in_flight: Callable[[], int] = lambda: 0
-        # requests this replica took by (class, mode), carried by every report (/specflip/status)
-        self.served: Callable[[], tuple[tuple[str, str, int], ...]] = tuple
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -175,7 +173,6 @@ class SpeculationLoop:
                 patched=False,
                 accept_length=None,
                 policy_source=None if self.last_decision is None else self.last_decision.source,
-                served=self.served(),
             )
         # a switch lands at the next decode step: an idle engine already runs the requested mode
         # for whatever comes next, a busy one the mode in effect
@@ -194,7 +191,6 @@ class SpeculationLoop:
             engine=dataclasses.replace(state, trace=[]),  # the record itself; the step trace stays home
             control_timeouts=self.control_timeouts,
             interactive=self.interactive_in_flight(),
-            served=self.served(),
         )
 
     async def routing_stats(

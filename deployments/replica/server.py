@@ -45,7 +45,6 @@ from deployments.replica.envelope import ReplicaEdge
 from deployments.replica.generate import Generation, sse
 from deployments.replica.loop import SpeculationLoop
 from deployments.replica.warmup import warm_up
-from deployments.routing.journal import CLASS_MODES, JOURNAL
 from policy.routing import RequestClass
 
 __all__ = ["SpecFlipServer", "replica_id"]
@@ -110,7 +109,6 @@ class SpecFlipServer(SGLangServer):
         )
         self._interactive = 0
         self.loop.interactive_in_flight = lambda: self._interactive
-        self.loop.served = served_counts
         self.loop.start()  # the constructor runs on the replica's user event loop
 
     @classmethod
@@ -206,11 +204,10 @@ class SpecFlipServer(SGLangServer):
         self, request_class: RequestClass, items: AsyncGenerator[Any, None]
     ) -> AsyncGenerator[Any, None]:
         """Counts the request by class and mode (routed here by Ray's ingress request router, in
-        another process), and latency-class requests in flight (the mixed rule's demand)."""
+        another process; Ray exports the count), and latency-class requests in flight (the mixed
+        rule's demand)."""
         interactive = request_class is RequestClass.INTERACTIVE
-        mode = self.current_mode()
-        JOURNAL.count_served(request_class, mode)
-        http_metrics().served.labels(request_class.value, mode).inc()
+        http_metrics().served.labels(request_class.value, self.current_mode()).inc()
         self._interactive += interactive
         try:
             async for item in items:
@@ -266,12 +263,6 @@ class SpecFlipServer(SGLangServer):
             "usage": tally.usage(report if report_on else None),
         }
         yield sse(chunk)
-
-
-def served_counts() -> tuple[tuple[str, str, int], ...]:
-    """What this replica took by (class, mode), every pair from 0 (its report carries them)."""
-    counts = dict.fromkeys(CLASS_MODES, 0) | JOURNAL.served_copy()
-    return tuple((cls, mode, n) for (cls, mode), n in sorted(counts.items()))
 
 
 def _count(report: Any) -> None:

@@ -1,8 +1,9 @@
-"""What this process routed or served, counted: in Ray's ingress request router (LLMRouter, where
-deployments.routing.router runs) the requests routed by class and the chosen replica's mode, by reason
-and prefix-affinity hits, pushed to the policy actor (`/metrics`, `/specflip/status`); in a replica
-the requests it took by class and its mode, carried by its policy reports (`/specflip/status`). It lives apart from the router because
-Serve pickles the router's module by value: state kept there would be a copy per decision.
+"""What the request router routed, counted: in Ray's ingress request router (LLMRouter, where
+deployments.routing.router runs) the requests routed by class and the chosen replica's mode, by
+reason and prefix-affinity hits, pushed to the policy actor (`/metrics`, `/specflip/status`). It
+lives apart from the router because Serve pickles the router's module by value: state kept there
+would be a copy per decision. (What each replica served is its own count, exported by Ray:
+`deployments.http.metrics`.)
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
+from policy.metrics import ROUTED_FAMILY
 from policy.routing import RankReason, RequestClass
 
 __all__ = [
@@ -26,7 +28,6 @@ __all__ = [
 ]
 
 UNKNOWN_MODE = "unknown"  # a replica that publishes no stats yet
-ROUTED_FAMILY = "specflip_routed_requests"  # routing decisions by class and the chosen replica's mode
 CLASS_MODES = [(c, m) for c in ("interactive", "batch") for m in ("on", "off")]  # series exist from 0
 
 
@@ -42,7 +43,7 @@ class Routed:
 
 
 class RoutingJournal:
-    """Routing decisions and served requests, counted; thread-safe (Serve may route on its own event
+    """Routing decisions, counted; thread-safe (Serve may route on its own event
     loop thread while the metrics push reads)."""
 
     def __init__(self) -> None:
@@ -50,7 +51,6 @@ class RoutingJournal:
         self.counts: Counter[tuple[str, str]] = Counter()  # (class, mode) -> requests routed
         self.reasons: Counter[str] = Counter()
         self.prefix: Counter[str] = Counter()  # "hit" / "miss" of prefix affinity
-        self.served: Counter[tuple[str, str]] = Counter()  # (class, mode) -> requests a replica took
 
     def record(self, routed: Routed) -> None:
         with self._lock:
@@ -59,19 +59,9 @@ class RoutingJournal:
             if routed.prefix_hit is not None:
                 self.prefix["hit" if routed.prefix_hit else "miss"] += 1
 
-    def count_served(self, request_class: RequestClass, mode: str) -> None:
-        """A request a replica took from its own HTTP server: routed there by Ray's ingress request
-        router in another process, counted here by class and mode."""
-        with self._lock:
-            self.served[(request_class.value, mode)] += 1
-
     def counts_copy(self) -> dict[tuple[str, str], int]:
         with self._lock:
             return dict(self.counts)
-
-    def served_copy(self) -> dict[tuple[str, str], int]:
-        with self._lock:
-            return dict(self.served)
 
     def reasons_copy(self) -> dict[str, int]:
         with self._lock:

@@ -19,9 +19,8 @@ from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
 from deployments.http import control_routes
 from deployments.http.control_routes import ControlRoutes
 from deployments.http.metrics import HttpMetrics
-from deployments.replica.server import served_counts
-from deployments.routing.journal import JOURNAL
-from policy.routing import RequestClass
+from deployments.routing.journal import JOURNAL, Routed, routed_families
+from policy.routing import RankReason, RequestClass
 from policy.types import Observation, SpecMode
 from tests.local_ray import local_ray
 
@@ -71,15 +70,16 @@ def test_status_asks_the_actor_once_and_the_gcs_once(
 ) -> None:
     calls: list[str] = []
     routes = _routes(monkeypatch, calls)
-    JOURNAL.count_served(RequestClass.INTERACTIVE, "on")  # this replica served one: on its next report
-    report = Observation("replica-a", 0, 0, SpecMode.ON, True, None, served=served_counts())
+    JOURNAL.record(Routed("replica-a", "on", RequestClass.INTERACTIVE, RankReason.PREFERRED))
+    report = Observation("replica-a", 0, 0, SpecMode.ON, True, None)
     ray.get(routes._policy._handle.report.remote(report))
+    ray.get(routes._policy._handle.push_metrics.remote("router:1", routed_families()))  # the router's push
     response = asyncio.run(routes.status())
     assert response.status_code == 200
     assert sorted(calls) == ["gcs", "status_view"], calls
     document = json.loads(bytes(response.body))
     assert document["policy"]["restarts"] == 0
-    assert document["routing"]["by_class_and_mode"]["interactive"]["on"] >= 1  # the report reached the sums
+    assert document["routing"]["by_class_and_mode"]["interactive"]["on"] >= 1  # the push reached the sums
     ray.kill(ray.get_actor(routes.config.policy.actor_name, namespace=POLICY_NAMESPACE))
 
 
@@ -89,7 +89,7 @@ def test_metrics_read_in_one_actor_call_without_http_families(
     calls: list[str] = []
     routes = _routes(monkeypatch, calls)
     routes.metrics.requests.labels("/v1/completions", "200").inc()
-    report = Observation("replica-a", 0, 0, SpecMode.ON, True, None, served=served_counts())
+    report = Observation("replica-a", 0, 0, SpecMode.ON, True, None)
     ray.get(routes._policy._handle.report.remote(report))
     text = bytes(asyncio.run(routes.metrics_text()).body).decode()
     assert sorted(calls) == ["gcs", "metrics_text"], calls
