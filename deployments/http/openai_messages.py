@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from deployments.http.openai_types import Strict, served, tagged, unset
+from deployments.http.openai_types import Served, Strict, Tagged, unset
 
 __all__ = [
     "CACHE_HINT",
@@ -83,15 +83,13 @@ class FilePart(Strict):
     file: _File
 
 
-_TEXT_PARTS = Annotated[list[tagged("type", {"text": TextPart})], Field(min_length=1)]
-TextContent = tagged(str=str, list=_TEXT_PARTS)
-_USER_PART = tagged(
-    "type", {"text": TextPart, "image_url": ImagePart, "input_audio": AudioPart, "file": FilePart}
-)
-_USER_PARTS = list[served(_USER_PART, lambda p: isinstance(p, TextPart), _TEXT_ONLY, ("TextPart",))]
-UserContent = tagged(str=str, list=Annotated[_USER_PARTS, Field(min_length=1)])
-_ASSISTANT_PARTS = list[tagged("type", {"text": TextPart, "refusal": RefusalPart})]
-AssistantContent = tagged(str=str, list=Annotated[_ASSISTANT_PARTS, Field(min_length=1)])
+_TEXT_PARTS = Annotated[list[Annotated[TextPart, Tagged("type")]], Field(min_length=1)]
+TextContent = Annotated[str | _TEXT_PARTS, Tagged()]
+_USER_PART = Annotated[TextPart | ImagePart | AudioPart | FilePart, Tagged("type")]
+_USER_PARTS = list[Annotated[_USER_PART, Served.members(TextPart, _TEXT_ONLY)]]
+UserContent = Annotated[str | Annotated[_USER_PARTS, Field(min_length=1)], Tagged()]
+_ASSISTANT_PARTS = list[Annotated[TextPart | RefusalPart, Tagged("type")]]
+AssistantContent = Annotated[str | Annotated[_ASSISTANT_PARTS, Field(min_length=1)], Tagged()]
 
 
 def _text_of(content: Any) -> str:
@@ -155,7 +153,11 @@ class _AudioRef(Strict):
     id: str
 
 
-_TOOL_CALL = tagged("type", {"function": FunctionToolCall, "custom": CustomToolCall})
+_TOOL_CALL = Annotated[
+    FunctionToolCall | CustomToolCall,
+    Tagged("type"),
+    Served.members(FunctionToolCall, "custom tool calls are not supported: this app calls function tools"),
+]
 
 
 class AssistantMessage(_Message):
@@ -163,15 +165,8 @@ class AssistantMessage(_Message):
     content: AssistantContent | None = None
     refusal: str | None = None
     name: str = unset()
-    audio: served(_AudioRef, None, "this app keeps no audio answers") | None = None
-    tool_calls: list[
-        served(
-            _TOOL_CALL,
-            lambda c: isinstance(c, FunctionToolCall),
-            "custom tool calls are not supported: this app calls function tools",
-            ("FunctionToolCall",),
-        )
-    ] = unset()
+    audio: Annotated[_AudioRef, Served(None, "this app keeps no audio answers")] | None = None
+    tool_calls: list[_TOOL_CALL] = unset()
     function_call: _CallFunction | None = Field(None, description="Deprecated; taken as a tool call.")
     reasoning_content: str | None = Field(None, json_schema_extra={"x-sglang": True})
 
@@ -205,7 +200,10 @@ MESSAGES: dict[str, type[Strict]] = {
     "tool": ToolMessage,
     "function": FunctionMessage,
 }
-ChatMessage = tagged("role", MESSAGES)
+ChatMessage = Annotated[
+    SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage,
+    Tagged("role"),
+]
 
 
 # -- tools --------------------------------------------------------------------------------------
@@ -232,12 +230,11 @@ class CustomTool(Strict):
     custom: _CustomDefinition
 
 
-Tool = served(
-    tagged("type", {"function": FunctionTool, "custom": CustomTool}),
-    lambda t: isinstance(t, FunctionTool),
-    "custom tools are not supported: send function tools",
-    ("FunctionTool",),
-)
+Tool = Annotated[
+    FunctionTool | CustomTool,
+    Tagged("type"),
+    Served.members(FunctionTool, "custom tools are not supported: send function tools"),
+]
 
 
 class _FunctionName(Strict):
@@ -265,16 +262,14 @@ class CustomToolChoice(Strict):
 
 
 _TOOL_MODES = Literal["none", "auto", "required"]
-ToolChoice = served(
-    tagged(
-        "type",
-        {"function": NamedToolChoice, "allowed_tools": AllowedToolsChoice, "custom": CustomToolChoice},
-        str=_TOOL_MODES,
+ToolChoice = Annotated[
+    _TOOL_MODES | NamedToolChoice | AllowedToolsChoice | CustomToolChoice,
+    Tagged("type"),
+    Served.members(
+        str | NamedToolChoice,
+        "allowed_tools and custom tool choices are not supported: send 'none', 'required' or a named function",
     ),
-    lambda c: isinstance(c, str | NamedToolChoice),
-    "allowed_tools and custom tool choices are not supported: send 'none', 'required' or a named function",
-    ("string", "NamedToolChoice"),
-)
+]
 
 
 # -- response formats (and SGLang's structural_tag) ----------------------------------------------
@@ -311,12 +306,4 @@ class StructuralTag(Strict):
     type: Literal["structural_tag"]
 
 
-ResponseFormat = tagged(
-    "type",
-    {
-        "text": TextFormat,
-        "json_object": JsonObjectFormat,
-        "json_schema": JsonSchemaFormat,
-        "structural_tag": StructuralTag,
-    },
-)
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat | StructuralTag, Tagged("type")]

@@ -20,7 +20,7 @@ of each this app serves, and the SGLang extras it serves (marked `x-sglang` in /
   top_p, which keeps the same single token;
 - `stream_options` only with `stream: true`.
 
-What the app refuses by design (a 400 naming the field) is each `served(...)` field's reason; the
+What the app refuses by design (a 400 naming the field) is each `Served` field's reason; the
 list is in docs/structured_output.md ("Refused by design").
 """
 
@@ -51,15 +51,15 @@ from deployments.http.openai_messages import (
 )
 from deployments.http.openai_types import (
     INT64,
+    Int,
+    Num,
     Problem,
     Refused,
+    Served,
     Strict,
+    Tagged,
     first_error,
-    integer,
-    number,
     problem_of,
-    served,
-    tagged,
     unset,
 )
 
@@ -79,14 +79,10 @@ TOP_P_ZERO = 1e-9  # keeps exactly the most likely token (its probability is at 
 _SGLANG: dict[str, Any] = {"x-sglang": True}  # an SGLang extra, not a field of OpenAI's schema
 _NO_EFFECT = "Accepted; no effect on the answer."
 _TIER = Literal["auto", "default", "flex", "scale", "priority", "fast"]
-_PENALTY = number(-2, 2)
-_INT64 = integer(*INT64)
+_PENALTY = Annotated[float, Num(-2, 2)]
+_INT64 = Annotated[int, Int(*INT64)]
 _TEXTS = list[str]
 _CHAT_ONLY_HINT = "tool calls need /v1/chat/completions"
-
-
-def _one(value: Any) -> bool:
-    return bool(value == 1)
 
 
 def _integral_ids(value: Any) -> Any:
@@ -136,7 +132,7 @@ class _Prediction(Strict):
     content: TextContent
 
 
-_FUNCTION_CALL = tagged(None, {"name": _Named}, str=Literal["none", "auto"])
+_FUNCTION_CALL = Annotated[Literal["none", "auto"] | _Named, Tagged()]
 
 
 class _ModerationMode(Strict):
@@ -158,7 +154,7 @@ class _CacheOptions(Strict):
     ttl: Literal["30m"] = unset()
 
 
-_BIAS = number(-100, 100)
+_BIAS = Annotated[float, Num(-100, 100)]
 _LOGIT_BIAS = Annotated[
     dict[Annotated[str, Field(pattern=r"^[0-9]+$")], _BIAS],
     WithJsonSchema(
@@ -184,20 +180,22 @@ class _Request(Strict):
     frequency_penalty: _PENALTY | None = None
     presence_penalty: _PENALTY | None = None
     logit_bias: _LOGIT_BIAS | None = None
-    n: served(integer(1, 128), _one, "this app generates one choice per request", {"const": 1}) | None = None
+    n: Annotated[int, Int(1, 128), Served.only(1, "this app generates one choice per request")] | None = None
     seed: _INT64 | None = None
-    stop: tagged(str=str, list=Annotated[_TEXTS, Field(max_length=4)]) | None = None
+    stop: Annotated[str | Annotated[_TEXTS, Field(max_length=4)], Tagged()] | None = None
     stream: bool | None = None
     stream_options: _StreamOptions | None = Field(None, description="Only with stream: true.")
-    temperature: number(0, 2) | None = None
-    top_p: number(0, 1) | None = Field(None, description="0 keeps the most likely token only.")
+    temperature: Annotated[float, Num(0, 2)] | None = None
+    top_p: Annotated[float, Num(0, 1)] | None = Field(None, description="0 keeps the most likely token only.")
     user: str = unset(exclude=True, description=_NO_EFFECT)
     # SGLang's sampling extras (deployments.replica.generate); SGLang keeps top_k and min_tokens in
     # int32 tensors: a top_k of 2**31 killed the replica's scheduler (min_tokens: up to the context)
-    top_k: integer(-1, TOP_K_MAX) | None = Field(None, json_schema_extra=_SGLANG)
-    min_p: number(0, 1) | None = Field(None, json_schema_extra=_SGLANG)
-    min_tokens: integer(0) | None = Field(None, json_schema_extra=_SGLANG)
-    repetition_penalty: number(0, 2, exclusive_low=True) | None = Field(None, json_schema_extra=_SGLANG)
+    top_k: Annotated[int, Int(-1, TOP_K_MAX)] | None = Field(None, json_schema_extra=_SGLANG)
+    min_p: Annotated[float, Num(0, 1)] | None = Field(None, json_schema_extra=_SGLANG)
+    min_tokens: Annotated[int, Int(0)] | None = Field(None, json_schema_extra=_SGLANG)
+    repetition_penalty: Annotated[float, Num(0, 2, exclusive_low=True)] | None = Field(
+        None, json_schema_extra=_SGLANG
+    )
     stop_token_ids: _IDS | None = Field(None, json_schema_extra=_SGLANG)
     no_stop_trim: bool | None = Field(None, json_schema_extra=_SGLANG)
     ignore_eos: bool | None = Field(None, json_schema_extra=_SGLANG)
@@ -205,7 +203,7 @@ class _Request(Strict):
     # structured output (deployments.http.structured)
     regex: str | None = Field(None, json_schema_extra=_SGLANG)
     ebnf: str | None = Field(None, json_schema_extra=_SGLANG)
-    stop_regex: tagged(str=str, list=_TEXTS) | None = Field(None, json_schema_extra=_SGLANG)
+    stop_regex: Annotated[str | _TEXTS, Tagged()] | None = Field(None, json_schema_extra=_SGLANG)
     # read by class routing (docs/routing.md): < 0 interactive, > 0 batch
     priority: _INT64 | None = Field(None, json_schema_extra=_SGLANG)
 
@@ -224,51 +222,52 @@ class ChatCompletionRequest(_Request):
         "json_schema": 'it is a /v1/completions field: use response_format {"type": "json_schema", ...}'
     }
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    logprobs: served(bool, lambda v: v is False, "this app returns no logprobs", {"const": False}) | None = (
-        None
-    )
-    top_logprobs: (
-        served(integer(0, 20), lambda v: v == 0, "this app returns no logprobs", {"const": 0}) | None
-    ) = None
-    max_tokens: integer(1) | None = None
-    max_completion_tokens: integer(1) | None = None
+    logprobs: Annotated[bool, Served.only(False, "this app returns no logprobs")] | None = None
+    top_logprobs: Annotated[int, Int(0, 20), Served.only(0, "this app returns no logprobs")] | None = None
+    max_tokens: Annotated[int, Int(1)] | None = None
+    max_completion_tokens: Annotated[int, Int(1)] | None = None
     modalities: (
-        served(
+        Annotated[
             list[Literal["text", "audio"]],
-            lambda v: set(v) <= {"text"},
-            "this model answers in text only",
-            {"type": "array", "items": {"enum": ["text"], "type": "string"}},
-        )
+            Served(
+                lambda v: set(v) <= {"text"},
+                "this model answers in text only",
+                {"type": "array", "items": {"enum": ["text"], "type": "string"}},
+            ),
+        ]
         | None
     ) = None
-    audio: served(_Voice, None, "this model answers in text only") | None = None
+    audio: Annotated[_Voice, Served(None, "this model answers in text only")] | None = None
     prediction: _Prediction | None = Field(None, exclude=True, description=_NO_EFFECT)
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     functions: (
-        served(
-            Annotated[list[FunctionDefinition], Field(min_length=1, max_length=128)],
-            None,
-            "deprecated: send tools",
-        )
+        Annotated[
+            list[FunctionDefinition],
+            Field(min_length=1, max_length=128),
+            Served(None, "deprecated: send tools"),
+        ]
         | None
     ) = None
-    function_call: served(_FUNCTION_CALL, None, "deprecated: send tool_choice") | None = None
+    function_call: Annotated[_FUNCTION_CALL, Served(None, "deprecated: send tool_choice")] | None = None
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = Field(
         None, description="Passed to the chat template."
     )
     verbosity: (
-        served(Literal["low", "medium", "high"], None, "this model has no verbosity setting") | None
+        Annotated[Literal["low", "medium", "high"], Served(None, "this model has no verbosity setting")]
+        | None
     ) = None
-    web_search_options: served(dict[str, Any], None, "this app does not search the web") | None = None
+    web_search_options: Annotated[dict[str, Any], Served(None, "this app does not search the web")] | None = (
+        None
+    )
     store: bool | None = Field(None, exclude=True, description=_NO_EFFECT)
     metadata: dict[str, Annotated[str, Field(max_length=512)]] | None = Field(
         None, exclude=True, description=_NO_EFFECT
     )
     service_tier: _TIER | None = Field(None, description="Read by class routing (docs/routing.md).")
-    moderation: served(_Moderation, None, "this app runs no moderation model") | None = None
+    moderation: Annotated[_Moderation, Served(None, "this app runs no moderation model")] | None = None
     safety_identifier: str | None = Field(None, exclude=True, description=_NO_EFFECT)
     prompt_cache_key: str | None = Field(None, exclude=True, description=CACHE_HINT)
     prompt_cache_options: _CacheOptions = unset(exclude=True, description=CACHE_HINT)
@@ -298,23 +297,22 @@ class CompletionRequest(_Request):
     prompt: _Prompt | None = Field(
         None, description="No prompt, null or an empty text: the start of a document."
     )
-    best_of: served(integer(0, 20), _one, "one candidate per prompt", {"const": 1}) | None = None
-    echo: served(bool, lambda v: v is False, "this app does not echo the prompt", {"const": False}) | None = (
-        None
-    )
-    logprobs: served(integer(0, 5), None, "this app returns no logprobs") | None = None
+    best_of: Annotated[int, Int(0, 20), Served.only(1, "one candidate per prompt")] | None = None
+    echo: Annotated[bool, Served.only(False, "this app does not echo the prompt")] | None = None
+    logprobs: Annotated[int, Int(0, 5), Served(None, "this app returns no logprobs")] | None = None
     max_tokens: (
-        served(
-            integer(0),
-            lambda v: v >= 1,
-            "0 generates nothing: this app does not echo the prompt",
-            {"type": "integer", "minimum": 1},
-        )
+        Annotated[
+            int,
+            Int(0),
+            Served(
+                lambda v: v >= 1,
+                "0 generates nothing: this app does not echo the prompt",
+                {"type": "integer", "minimum": 1},
+            ),
+        ]
         | None
     ) = None
-    suffix: (
-        served(str, lambda v: v == "", "this app does not insert text (no suffix)", {"const": ""}) | None
-    ) = None
+    suffix: Annotated[str, Served.only("", "this app does not insert text (no suffix)")] | None = None
     json_schema: str | None = Field(None, json_schema_extra=_SGLANG)
     response_format: ResponseFormat | None = Field(None, json_schema_extra=_SGLANG)
     service_tier: _TIER | None = Field(

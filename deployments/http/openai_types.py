@@ -3,14 +3,15 @@ place pydantic's errors become the app's 400s.
 
 The models are strict pydantic v2 models (`Strict`): JSON's types as they are (no "1" for 1, no 1
 for true), unknown fields refused by name, plus what OpenAI's schema and SDKs send that strict
-pydantic alone would refuse:
+pydantic alone would refuse (`Int`, `Num`, `Served`, `Tagged`: `Annotated` metadata, so that
+`Annotated[int, Int(1, 128)]` is an int to a type checker and a ranged integer to pydantic):
 
-- an integral number is an integer (`integer()`: JSON Schema's rule, 4.0 is the integer 4);
+- an integral number is an integer (`Int`: JSON Schema's rule, 4.0 is the integer 4);
 - `null` in a field OpenAI makes nullable is the default (`X | None = None`, dropped from the
   normalized dict); a field declared `X = Field(None)` is optional but not nullable;
-- `served(...)`: a value OpenAI's schema allows that this app does not serve is refused with why;
-- `tagged(...)`: a union told apart by the value's JSON kind, then by a tag property (`role`,
-  `type`), each branch tagged `~name` in pydantic's error locations (dropped from the path).
+- `Served`: a value OpenAI's schema allows that this app does not serve is refused with why;
+- `Tagged`: a union told apart by the value's JSON kind, then by a tag property (`role`, `type`),
+  each branch tagged `~name` in pydantic's error locations (dropped from the path).
 
 `problem_of` turns pydantic's first error into a `Problem`: HTTP status, one line naming the field
 the way the client wrote it (`messages[0].content[1].type`), that field as `param`.
@@ -21,9 +22,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Union
+from collections.abc import Callable, Iterator, Mapping
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
+from annotated_types import GroupedMetadata
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -31,26 +34,27 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     Tag,
     ValidationError,
     WithJsonSchema,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 __all__ = [
     "INT64",
+    "Int",
+    "Num",
     "Problem",
     "Refused",
+    "Served",
     "Strict",
+    "Tagged",
     "first_error",
-    "integer",
     "kind_of",
-    "number",
     "problem_of",
-    "served",
     "short",
-    "tagged",
     "unset",
 ]
 
@@ -114,65 +118,81 @@ def _integral(value: Any) -> Any:
     return value
 
 
-def _bounds(low: float | None, high: float | None, exclusive_low: bool) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        below = low is not None and (value < low or (exclusive_low and value == low))
+@dataclasses.dataclass(frozen=True)
+class Num(GroupedMetadata):
+    """`Annotated[float, Num(low, high)]`: a number (integers too) within [low, high]
+    (`exclusive_low`: (low, high])."""
+
+    low: float | None = None
+    high: float | None = None
+    exclusive_low: bool = False
+
+    def __iter__(self) -> Iterator[Any]:
+        if isinstance(self, Int):
+            yield BeforeValidator(_integral)
+        yield AfterValidator(self._check)
+        schema: dict[str, Any] = {"type": "integer" if isinstance(self, Int) else "number"}
+        if self.low is not None:
+            schema["exclusiveMinimum" if self.exclusive_low else "minimum"] = self.low
+        if self.high is not None:
+            schema["maximum"] = self.high
+        yield WithJsonSchema(schema)
+
+    def _check(self, value: Any) -> Any:
+        low, high, exclusive = self.low, self.high, self.exclusive_low
+        below = low is not None and (value < low or (exclusive and value == low))
         if below or (high is not None and value > high):
             if low is not None and high is not None:
-                raise _refuse(f"must be in {'(' if exclusive_low else '['}{low}, {high}], got {value}")
-            bound = (f"> {low}" if exclusive_low else f">= {low}") if low is not None else f"<= {high}"
+                raise _refuse(f"must be in {'(' if exclusive else '['}{low}, {high}], got {value}")
+            bound = (f"> {low}" if exclusive else f">= {low}") if low is not None else f"<= {high}"
             raise _refuse(f"must be {bound}, got {value}")
         return value
 
-    return check
 
-
-def _range_schema(kind: str, low: float | None, high: float | None, exclusive_low: bool) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": kind}
-    if low is not None:
-        schema["exclusiveMinimum" if exclusive_low else "minimum"] = low
-    if high is not None:
-        schema["maximum"] = high
-    return schema
-
-
-def integer(low: int | None = None, high: int | None = None) -> Any:
-    """An integer within [low, high]; an integral number (4.0) is one."""
-    return Annotated[
-        int,
-        BeforeValidator(_integral),
-        AfterValidator(_bounds(low, high, False)),
-        WithJsonSchema(_range_schema("integer", low, high, False)),
-    ]
-
-
-def number(low: float | None = None, high: float | None = None, *, exclusive_low: bool = False) -> Any:
-    """A number (integers too) within [low, high] (`exclusive_low`: (low, high])."""
-    return Annotated[
-        float,
-        AfterValidator(_bounds(low, high, exclusive_low)),
-        WithJsonSchema(_range_schema("number", low, high, exclusive_low)),
-    ]
+class Int(Num):
+    """`Annotated[int, Int(low, high)]`: an integer within [low, high]; an integral number (4.0) is one."""
 
 
 # -- served in part -----------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: `served` may be a dict
-class _ServedSchema:
-    """A served field's JSON schema: the values served (`served`: a schema; the names of the union
-    members served; None: no value), why, and OpenAI's own schema of the field as `x-openai`."""
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: `schema` may be a dict
+class Served:
+    """`Annotated[T, Served(ok, why, schema)]`: of the values T takes (what OpenAI's schema allows),
+    this app serves those `ok` takes (None: none); others are refused with `why`. /openapi.json
+    shows the values served (`schema`: a JSON schema, or the names of the union members served:
+    models by name, "string"), why, and OpenAI's own schema of the field as `x-openai`."""
 
-    served: dict[str, Any] | tuple[str, ...] | None
+    ok: Callable[[Any], bool] | None
     why: str
+    schema: dict[str, Any] | tuple[str, ...] | None = None
 
-    def __get_pydantic_json_schema__(self, core_schema: Any, handler: GetJsonSchemaHandler) -> dict[str, Any]:
-        openai = handler(core_schema)
-        if self.served is None:
+    @classmethod
+    def only(cls, value: Any, why: str) -> Served:
+        """Serves `value` alone."""
+        return cls(lambda v: bool(v == value), why, {"const": value})
+
+    @classmethod
+    def members(cls, kinds: Any, why: str) -> Served:
+        """Serves the union's members of `kinds` (a type, or a union of types)."""
+        names = tuple("string" if k is str else k.__name__ for k in get_args(kinds) or (kinds,))
+        return cls(lambda v: isinstance(v, kinds), why, names)
+
+    def _check(self, value: Any) -> Any:
+        if self.ok is None or not self.ok(value):
+            raise _refuse(f"{short(value)} is not supported: {self.why}")
+        return value
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(self, core: CoreSchema, handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        openai = handler(core)
+        if self.ok is None or self.schema is None:
             schema: dict[str, Any] = {"not": {}}
-        elif isinstance(self.served, tuple):
-            kept = [b for b in openai.get("oneOf", []) if _member(b) & set(self.served)]
+        elif isinstance(self.schema, tuple):
+            kept = [b for b in openai.get("oneOf", []) if _member(b) & set(self.schema)]
             schema = kept[0] if len(kept) == 1 else {"anyOf": kept}
         else:
-            schema = dict(self.served)
+            schema = dict(self.schema)
         return {**schema, "description": self.why, "x-openai": openai}
 
 
@@ -184,51 +204,44 @@ def _member(branch: dict[str, Any]) -> set[str]:
     return {str(branch.get("type"))}
 
 
-def served(
-    annotation: Any,
-    ok: Callable[[Any], bool] | None,
-    why: str,
-    schema: dict[str, Any] | tuple[str, ...] | None = None,
-) -> Any:
-    """`annotation` (what OpenAI's schema allows) of which this app serves the values `ok` takes
-    (None: none); others are refused with `why`. `schema`: the served values for /openapi.json (a
-    JSON schema, or the names of the union members served: models by name, "string")."""
-
-    def check(value: Any) -> Any:
-        if ok is None or not ok(value):
-            raise _refuse(f"{short(value)} is not supported: {why}")
-        return value
-
-    return Annotated[annotation, AfterValidator(check), _ServedSchema(None if ok is None else schema, why)]
-
-
 # -- unions -------------------------------------------------------------------------------------
 _KINDS = {"str": "a string", "list": "a list", "dict": "an object"}
 
 
-def tagged(tag: str | None = None, objects: Mapping[str, Any] | None = None, **kinds: Any) -> Any:
-    """A union: a dict goes to `objects[value[tag]]` (the only one when `tag` is None), a string to
-    `kinds["str"]`, a list to `kinds["list"]`. Anything else is refused naming the field (or its
-    tag), whatever its type: an object or a list where a tag belongs is a 400, not a 500."""
-    objects = dict(objects or {})
-    branches = [Annotated[member, Tag(f"~{name}")] for name, member in {**kinds, **objects}.items()]
-    what = [_KINDS[k] for k in kinds] + (["an object"] if objects else [])
+@dataclasses.dataclass(frozen=True)
+class Tagged:
+    """`Annotated[str | list[TextPart] | TextPart | ImagePart, Tagged("type")]`: a dict goes to the
+    model whose Literal field `tag` takes `value[tag]` (the only model when `tag` is None), a string
+    to the str (or Literal) member, a list to the list member. Anything else is refused naming the
+    field (or its tag), whatever its type: an object or a list where a tag belongs is a 400, not a
+    500."""
 
-    def pick(value: Any) -> str | None:
-        if isinstance(value, dict | BaseModel) and objects:
-            if tag is None:
-                return f"~{next(iter(objects))}"
-            found = value.get(tag) if isinstance(value, dict) else getattr(value, tag, None)
-            return f"~{found}" if isinstance(found, str) and found in objects else None
-        kind = "str" if isinstance(value, str) else "list" if isinstance(value, list) else None
-        return f"~{kind}" if kind in kinds else None
+    tag: str | None = None
 
-    error_type = f"{_TAGGED}|{tag or ''}|{' or '.join(what)}"
-    tags = ", ".join(repr(name) for name in objects)
-    return Annotated[
-        Union[tuple(branches)],  # noqa: UP007 - a runtime union of the branches
-        Discriminator(pick, custom_error_type=error_type, custom_error_message=tags or "none"),
-    ]
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        tag, kinds, objects = self.tag, {}, {}
+        for member in get_args(source) if get_origin(source) in (Union, UnionType) else (source,):
+            bare = get_args(member)[0] if get_origin(member) is Annotated else member
+            if isinstance(bare, type) and issubclass(bare, BaseModel):
+                objects[get_args(bare.model_fields[tag].annotation)[0] if tag else bare.__name__] = member
+            else:
+                kinds["list" if get_origin(bare) is list else "str"] = member
+        branches = [Annotated[member, Tag(f"~{name}")] for name, member in {**kinds, **objects}.items()]
+        what = [_KINDS[k] for k in kinds] + (["an object"] if objects else [])
+
+        def pick(value: Any) -> str | None:
+            if isinstance(value, dict | BaseModel) and objects:
+                if tag is None:
+                    return f"~{next(iter(objects))}"
+                found = value.get(tag) if isinstance(value, dict) else getattr(value, tag, None)
+                return f"~{found}" if isinstance(found, str) and found in objects else None
+            kind = "str" if isinstance(value, str) else "list" if isinstance(value, list) else None
+            return f"~{kind}" if kind in kinds else None
+
+        error_type = f"{_TAGGED}|{tag or ''}|{' or '.join(what)}"
+        tags = ", ".join(repr(name) for name in objects)
+        by_tag = Discriminator(pick, custom_error_type=error_type, custom_error_message=tags or "none")
+        return handler(Annotated[Union[tuple(branches)], by_tag])  # noqa: UP007 - a runtime union
 
 
 # -- pydantic's errors as the app's 400s --------------------------------------------------------
