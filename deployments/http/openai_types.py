@@ -24,7 +24,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from types import UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from annotated_types import GroupedMetadata
 from pydantic import (
@@ -224,8 +224,10 @@ class Tagged:
             bare = get_args(member)[0] if get_origin(member) is Annotated else member
             if isinstance(bare, type) and issubclass(bare, BaseModel):
                 objects[get_args(bare.model_fields[tag].annotation)[0] if tag else bare.__name__] = member
-            else:
+            elif bare is str or get_origin(bare) in (list, Literal):
                 kinds["list" if get_origin(bare) is list else "str"] = member
+            else:  # a JSON kind the picker cannot tell apart (an object that is not a model, a number)
+                raise TypeError(f"Tagged: no branch for member {member!r}: a model, str, a Literal or a list")
         branches = [Annotated[member, Tag(f"~{name}")] for name, member in {**kinds, **objects}.items()]
         what = [_KINDS[k] for k in kinds] + (["an object"] if objects else [])
 
