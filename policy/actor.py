@@ -130,7 +130,7 @@ class SpeculationPolicy:
 
     async def push_metrics(self, source: str, families: list[Any]) -> None:
         """The request router's routing counts (prometheus_client `Metric`s) from process `source`
-        (`router:<pid>`), replacing its last. Replicas push nothing: their counts ride on reports."""
+        (`router:<pid>`), replacing its last. Replicas push nothing: Ray exports their HTTP metrics."""
         self._metrics.router.push(source, families)
 
     async def tick_now(self) -> tuple[SetSpeculation, ...]:
