@@ -17,8 +17,8 @@ a run shorter than 20 s shows. Referee: the engine's own decode tokens over the 
 `generated_tokens` for the app, the scheduler's decode lines for a raw server). For app runs the
 replicas' status is polled every 0.5 s: the flips inside each run and the mode over time
 (status.csv) come from there. App variants that follow each other in `--variants` share one app and
-run level by level (every variant at a level, then the next level), after one unmeasured warm-up
-run; a raw server runs all its levels once started.
+run level by level (every variant at a level, then the next level); a raw server runs all its levels
+once started. The app and each raw server first get one unmeasured warm-up run at the highest level.
 
 Writes into --out after every run: sweep.csv (shape, variant, concurrency, repeat, output_tok_s,
 ttft_p50_ms, tpot_p50_ms, flips, then the rest), results.json, status.csv, and per run SGLang's
@@ -217,11 +217,11 @@ class Sweep:
         """Level by level, every variant at a level before the next level (one app, switched by
         override): a host that drifts or warms up, or a lease that ends mid-sweep, leaves whole
         comparisons rather than one variant's levels. Before the first measured run, one unmeasured
-        run at the first level warms the app up (its first requests are slower)."""
+        run warms the app up (see `warm_up`)."""
         session = AppSession(self.args, variants, self.out)
         try:
             if self.args.warmup and variants:
-                self.warm_up(session.switch(variants[0]).url, self.args.concurrency[0])
+                self.warm_up(session.switch(variants[0]).url, "app")
             for c, k in self.levels():
                 for v in variants:
                     served = session.switch(v)
@@ -229,22 +229,29 @@ class Sweep:
         finally:
             session.close()
 
-    def warm_up(self, url: str, c: int) -> None:
+    def warm_up(self, url: str, name: str) -> None:
+        """One unmeasured run of two waves at the highest level, for the app and for each raw server
+        alike: a server's first large prefill can stall (an 11-s gap in SGLang's own server's log before
+        its first 8,192-token prefill chunk on a fresh H200 host, 2026-12-04), and whichever server
+        meets it first would pay for it inside a measured run."""
         a = self.args
+        c = max(a.concurrency)
         started = time.monotonic()
         self.client.run(
             base_url=url, model=self.model_id, tokenizer=self.tokenizer, num_prompts=2 * c, max_concurrency=c,
             random_input_len=a.input_len, random_output_len=a.output_len, random_range_ratio=1.0,
-            output_file=str(self.out / "warmup.jsonl"), disable_tqdm=True, seed=a.seed + 1000,
+            output_file=str(self.out / f"warmup-{name}.jsonl"), disable_tqdm=True, seed=a.seed + 1000,
             request_rate=float("inf"),
         )  # fmt: skip
-        log(f"warm-up: {2 * c} requests at c={c} in {time.monotonic() - started:.1f} s (not measured)")
+        log(f"{name} warm-up: {2 * c} requests at c={c} in {time.monotonic() - started:.1f} s (not measured)")
 
     def run_raw(self, variant: str) -> None:
         from loadtests.rawvsapp.referee import LogReferee
 
         server, url = self.start_raw(variant)
         try:
+            if self.args.warmup:
+                self.warm_up(url, variant)
             referee = LogReferee(server.log_path)
             for c, k in self.levels():
                 self.one(url, variant, c, k, referee, None, referee)
@@ -364,7 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="tokenizer dir (default: the config's model)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
-        "--warmup", type=int, default=1, choices=(0, 1), help="one unmeasured run before the app's first (1)"
+        "--warmup",
+        type=int,
+        default=1,
+        choices=(0, 1),
+        help="one unmeasured run at the highest level before the app's and each raw server's first (1)",
     )
     p.add_argument("--ready-timeout", type=float, default=900.0)
     p.add_argument(

@@ -64,7 +64,12 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
         ("sglang_adaptive", "2"),  # SGLang's own --speculative-adaptive server
         ("sglang_adaptive", "1"),
     ]
-    assert (out / "warmup.jsonl").exists()  # the unmeasured run before the app's first
+    # the unmeasured runs at the highest level before the app's first and each raw server's first
+    assert {p.name for p in out.glob("warmup-*.jsonl")} == {
+        "warmup-app.jsonl",
+        "warmup-raw_plain.jsonl",
+        "warmup-sglang_adaptive.jsonl",
+    }
     rows = {r["variant"]: r for r in every if r["concurrency"] == "2"}
     for variant, r in rows.items():
         assert (r["shape"], r["concurrency"], r["repeat"]) == ("chain", "2", "0"), r
