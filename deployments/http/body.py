@@ -238,11 +238,10 @@ def check_completion_body(request: CompletionRequest, limits: ModelLimits) -> Pr
     single = isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], int))  # type: ignore[index]
     prompts: list[Any] = [prompt] if single else prompt  # type: ignore[assignment]
     for i, p in enumerate(prompts):  # a text's size against the context was checked with the cost
-        problem = (
-            None if isinstance(p, str) else _check_ids("prompt" if single else f"prompt[{i}]", p, limits)
-        )
-        if problem is not None:
-            return problem
+        if not isinstance(p, str):
+            problem = _check_ids("prompt" if single else f"prompt[{i}]", p, limits)
+            if problem is not None:
+                return problem
     return _check_common(request, limits)
 
 

@@ -78,12 +78,6 @@ class ControlRoutes:
         self._policy: Any = None
         self._policy_actor()
 
-    def add_to(self, app: Any) -> None:
-        """Add the three routes to a FastAPI app (the replica's HTTP app)."""
-        app.add_api_route("/specflip/status", self.status, methods=["GET"])
-        app.add_api_route("/specflip/override", self.override, methods=["POST"])
-        app.add_api_route("/metrics", self.metrics_text, methods=["GET"])
-
     def _reachable(self, value: int) -> None:
         if self.metrics is not None:
             self.metrics.policy_reachable.set(value)
@@ -141,9 +135,7 @@ class ControlRoutes:
         try:
             fleet, sums = await self._ask_policy("status_view", self.replica_id is not None)
         except Exception as err:
-            return error_response(
-                503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
-            )
+            return _unreachable(err)
         document = status_document(
             fleet,
             enabled=self.config.policy.enabled,
@@ -190,9 +182,7 @@ class ControlRoutes:
             cause = getattr(err, "cause", None) or err  # Ray wraps the actor's exception
             return error_response(404, str(cause).splitlines()[0][:400], "NotFoundError")
         except Exception as err:
-            return error_response(
-                503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable"
-            )
+            return _unreachable(err)
         log.info("override %s -> %s", targets, order.mode)
         return JSONResponse({"replica_ids": targets, "mode": order.mode})
 
@@ -207,6 +197,10 @@ class ControlRoutes:
         except Exception:
             text = ""
         return Response(text, media_type=CONTENT_TYPE_PLAIN_0_0_4)
+
+
+def _unreachable(err: Exception) -> Response:
+    return error_response(503, f"policy actor unreachable: {type(err).__name__}", "ServiceUnavailable")
 
 
 def _fleet_routing(

@@ -79,15 +79,19 @@ def error_response(
     headers: dict[str, str] | None = None,
     param: str | None = None,
 ) -> JSONResponse:
-    body = {
-        "error": {
-            "message": message,
-            "type": type_ or _TYPES.get(status, "Error"),
-            "param": param,
-            "code": status,
-        }
+    return JSONResponse(_error_body(status, message, type_, param), status_code=status, headers=headers)
+
+
+def _error_body(
+    status: int, message: str, type_: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    detail = {
+        "message": message,
+        "type": type_ or _TYPES.get(status, "Error"),
+        "param": param,
+        "code": status,
     }
-    return JSONResponse(body, status_code=status, headers=headers)
+    return {"error": detail}
 
 
 def request_id_of(request: Request | None) -> str:
@@ -178,15 +182,7 @@ def install_handlers(app: Any) -> None:
 def _error_event(err: BaseException, request_id: str) -> str:
     status, message = fault_status(err)
     log.error("stream %s failed after its first chunk (%d)", request_id, status, exc_info=err)
-    body = {
-        "error": {
-            "message": f"{message} (request id {request_id})",
-            "type": _TYPES[status],
-            "param": None,
-            "code": status,
-        }
-    }
-    return f"data: {json.dumps(body)}\n\n"
+    return f"data: {json.dumps(_error_body(status, f'{message} (request id {request_id})'))}\n\n"
 
 
 async def safe_stream(body: AsyncIterator[str], request_id: str) -> AsyncIterator[str]:

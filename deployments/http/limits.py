@@ -207,6 +207,10 @@ def read_limits(
     )
 
 
+# the request caps: fields of both ModelLimits and the config's `serve` section
+_CAPS = ("max_prompts", "max_messages", "max_input_bytes", "max_input_token_ids")
+
+
 def limits_for(config: SpecFlipConfig | None) -> ModelLimits:
     """The served model's limits, as far as this node can read its files."""
     if config is None:
@@ -217,12 +221,7 @@ def limits_for(config: SpecFlipConfig | None) -> ModelLimits:
         config.model.tokenizer_path,
         context_length=config.engine.context_length,
         reserved_tokens=reserved,
-        caps={
-            "max_prompts": config.serve.max_prompts,
-            "max_messages": config.serve.max_messages,
-            "max_input_bytes": config.serve.max_input_bytes,
-            "max_input_token_ids": config.serve.max_input_token_ids,
-        },
+        caps={name: getattr(config.serve, name) for name in _CAPS},
     )
 
 

@@ -22,7 +22,6 @@ __all__ = [
     "FunctionDefinition",
     "FunctionTool",
     "JsonSchemaSpec",
-    "MESSAGES",
     "NamedToolChoice",
     "ResponseFormat",
     "StructuralTag",
@@ -192,14 +191,6 @@ class FunctionMessage(_Message):
     name: str
 
 
-MESSAGES: dict[str, type[Strict]] = {
-    "system": SystemMessage,
-    "developer": DeveloperMessage,
-    "user": UserMessage,
-    "assistant": AssistantMessage,
-    "tool": ToolMessage,
-    "function": FunctionMessage,
-}
 ChatMessage = Annotated[
     SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage,
     Tagged("role"),

@@ -24,7 +24,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from annotated_types import GroupedMetadata
 from pydantic import (
@@ -126,12 +126,13 @@ class Num(GroupedMetadata):
     low: float | None = None
     high: float | None = None
     exclusive_low: bool = False
+    integer: ClassVar[bool] = False
 
     def __iter__(self) -> Iterator[Any]:
-        if isinstance(self, Int):
+        if self.integer:
             yield BeforeValidator(_integral)
         yield AfterValidator(self._check)
-        schema: dict[str, Any] = {"type": "integer" if isinstance(self, Int) else "number"}
+        schema: dict[str, Any] = {"type": "integer" if self.integer else "number"}
         if self.low is not None:
             schema["exclusiveMinimum" if self.exclusive_low else "minimum"] = self.low
         if self.high is not None:
@@ -151,6 +152,8 @@ class Num(GroupedMetadata):
 
 class Int(Num):
     """`Annotated[int, Int(low, high)]`: an integer within [low, high]; an integral number (4.0) is one."""
+
+    integer: ClassVar[bool] = True
 
 
 # -- served in part -----------------------------------------------------------------------------

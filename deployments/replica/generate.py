@@ -41,23 +41,24 @@ from deployments.replica.prompts import is_token_ids, tokenize_off_loop
 
 __all__ = ["Generation", "sse"]
 
-# request fields SGLang's sampling params understand, passed through when the client sets them
-_SAMPLING_EXTRAS = (
-    "top_k",
-    "min_p",
-    "ignore_eos",
-    "repetition_penalty",
-    "frequency_penalty",
-    "presence_penalty",
-    "stop_token_ids",
-    "no_stop_trim",
-    "skip_special_tokens",
-)
-_OPENAI_SAMPLING = {
+# request fields SGLang's sampling params take, by SGLang's name for them; passed through when the
+# client sets them (max_completion_tokens: below, the newer name of max_tokens)
+_SAMPLING = {
     "temperature": "temperature",
     "top_p": "top_p",
     "max_tokens": "max_new_tokens",
     "stop": "stop",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "ignore_eos": "ignore_eos",
+    "repetition_penalty": "repetition_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "stop_token_ids": "stop_token_ids",
+    "no_stop_trim": "no_stop_trim",
+    "skip_special_tokens": "skip_special_tokens",
+    "min_tokens": "min_new_tokens",
+    "seed": "sampling_seed",
 }
 
 Item = str | dict[str, Any]  # an SSE chunk of a stream, or the whole non-streamed answer
@@ -75,14 +76,10 @@ def _set(request: Any, name: str) -> Any:
 def sampling_params(request: Any) -> dict[str, Any]:
     """SGLang's sampling params for the fields the client set (defaults are the engine's)."""
     params: dict[str, Any] = {}
-    for name, sglang_name in (*_OPENAI_SAMPLING.items(), *((n, n) for n in _SAMPLING_EXTRAS)):
+    for name, sglang_name in _SAMPLING.items():
         value = _set(request, name)
         if value is not None:
             params[sglang_name] = value
-    if _set(request, "min_tokens") is not None:
-        params["min_new_tokens"] = request.min_tokens  # SGLang's name for it
-    if _set(request, "seed") is not None:
-        params["sampling_seed"] = request.seed
     if "max_new_tokens" not in params and getattr(request, "max_completion_tokens", None) is not None:
         params["max_new_tokens"] = request.max_completion_tokens  # the newer name of max_tokens (chat)
     params.update(structured.sampling_params(request))

@@ -205,7 +205,6 @@ def rotate_input_ids(input_ids, extend_start_loc, extend_seq_lens, topk_index, s
             input_ids[sel[b] if sel is not None else s + n - 1] = new[b]
 
 
-_T = "Tensor"
 OP_SCHEMAS = {
     "copy_all_layer_kv_cache_cpu": (
         "(Tensor data_ptrs, Tensor strides, Tensor tgt_loc, Tensor src_loc) -> ()",

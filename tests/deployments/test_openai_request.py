@@ -22,7 +22,7 @@ from openai.types.chat import (
 from openai.types.chat import completion_create_params as chat_params
 from pydantic import BaseModel
 
-from deployments.http.openai_messages import MESSAGES
+from deployments.http.openai_messages import ChatMessage
 from deployments.http.openai_models import (
     TOP_P_ZERO,
     ChatCompletionRequest,
@@ -30,6 +30,12 @@ from deployments.http.openai_models import (
     validate_request,
 )
 from deployments.http.openai_types import Refused
+
+# the message models by role, read from the ChatMessage union (one model per role)
+MESSAGES = {
+    typing.get_args(m.model_fields["role"].annotation)[0]: m
+    for m in typing.get_args(typing.get_args(ChatMessage)[0])
+}
 
 
 def conform_chat(body: dict[str, Any], *, model_id: str | None = None) -> dict[str, Any]:
