@@ -30,6 +30,10 @@
 #                   variants and SGLang's servers); when set, that step runs before rawvsapp
 #   CHAIN_CLOSED / CHAIN_OPEN  arguments of loadtests.bench.client_transition --workload closed / open
 #                   (phases and SLOs); when set, those steps run after the sweep
+#   CHAIN_GPU_TESTS pytest arguments of the GPU correctness tests (e.g.
+#                   "tests/patched_worker/test_gpu_production.py"; carry models/tiny), run with -m gpu
+#                   after the transitions; their reports go to $CHAIN_RESULTS/gpu_tests. A failure is
+#                   logged and the chain goes on (the measurements after it do not depend on it)
 #   CHAIN_RAWVSAPP=skip  no rawvsapp step
 #   CHAIN_ENV_SH    a file to source first (default: the bundle's .gpu-bundle/device/env.sh, if present)
 #   CHAIN_JIT       kernels compiled on an earlier host (default .gpu-jit: flashinfer-cache.tgz,
@@ -130,6 +134,11 @@ for workload in closed open; do
       --out "$R/transition_$workload" ${!args_var} || exit 1
   fi
 done
+if [ -n "${CHAIN_GPU_TESTS:-}" ]; then
+  # shellcheck disable=SC2086  # a list of words
+  step gpu_tests env SPECFLIP_GPU_REPORT_DIR="$R/gpu_tests" python3 -m pytest -m gpu -p no:cacheprovider \
+    $CHAIN_GPU_TESTS || log "gpu_tests failed: see $R/gpu_tests.log"
+fi
 if [ "$ARGS" != skip ]; then
   # shellcheck disable=SC2086  # ARGS is a list of words
   step rawvsapp python3 -m loadtests.rawvsapp --config "$CONFIG" --out "$R/rawvsapp" $ARGS || exit 1

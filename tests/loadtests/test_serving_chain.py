@@ -3,9 +3,9 @@ PYTHONPATH, nothing installed from it): `loadtests.rawvsapp` with SGLang's own s
 EAGLE-3, started beside the app) and the app on its default data path, one replica of the tiny pair
 each, the same Locust client, token-window accounting with repeated windows, the engine's own count
 as referee for every window, SGLang's benchmark client against the raw server, profiles and the
-report, and before it the engines alone under arrivals (`loadtests.bench.engine_arrivals`). Then
-the chain's guards: a second start while one holds the lock refuses, a finished chain started
-again skips its finished steps. Asserts what the results and the report say, not speed."""
+report, before it the engines alone under arrivals (`loadtests.bench.engine_arrivals`), and the GPU
+tests' step (every test skips on CPU). Then the chain's guards: a second start while one holds the
+lock refuses, a finished chain started again skips its finished steps. Asserts what the results and the report say, not speed."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ def _run_chain(tmp: Path, config: Path, timeout: float = 900) -> subprocess.Comp
         CHAIN_RAWVSAPP=ARGS,
         CHAIN_ARRIVALS="--concurrency 2 --requests-per-user 2 --input-len 12 --output-len 10 --settle 0 "
         "--variants plain,off_warm_kv,off_draft_prefill",
+        # the GPU correctness tests' step: on CPU every test skips, so the step runs pytest and passes
+        CHAIN_GPU_TESTS="tests/patched_worker/test_gpu_production.py",
         CHAIN_ENV_SH=str(tmp / "no-bundle-here"),
         CHAIN_JIT=str(tmp / "no-jit-here"),  # a checkout's .gpu-jit holds GPU kernels: not for this host
         PATH=f"{Path(sys.executable).parent}:{env['PATH']}",  # python3 = this interpreter
@@ -132,6 +134,8 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
     )
     assert (results / "arrivals.done").exists()
     assert "rawvsapp: rc=0" in (results / "progress.log").read_text()
+    gpu_tests = (results / "gpu_tests.log").read_text()
+    assert "3 skipped" in gpu_tests and (results / "gpu_tests.done").exists(), gpu_tests[-2000:]
 
     # a second chain while one holds the lock: refused, nothing run
     with (results / "chain.lock").open("w") as held:

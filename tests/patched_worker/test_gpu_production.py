@@ -2,9 +2,11 @@
 
 flashinfer attention, the overlap scheduler, CUDA graphs (OFF steps replay plain decode graphs),
 the radix cache ON with prefixes shared across requests and across runs, topk 1 (3 steps,
-4 draft tokens) and topk 4 (3 steps, 8 draft tokens), requests arriving staggered (some join
-while OFF), 12 random toggle schedules per topk (24 in all), greedy, bf16, the tiny trained pair.
-Plus structured output (json_schema / regex / ebnf batch of test_structured.py) toggled.
+4 draft tokens) and topk 4 (2 steps, 16 draft tokens: the seed's tree shape), requests arriving
+staggered (some join while OFF), 12 random toggle schedules per topk (24 in all), greedy, bf16,
+the tiny trained pair. Plus structured output (json_schema / regex / ebnf batch of
+test_structured.py) toggled, and sampled verify in the seed's shape: at T=1 the first tokens keep
+one distribution ON, OFF and in the plain engine (the statistic and bound of test_sampling.py).
 
 Every output must have its full length and every divergence from the plain engine must be a
 near-tie (gpu_checks.py); each tie is listed with its log-prob gap in report-*.json / .md under
@@ -33,7 +35,7 @@ pytestmark = [
 ]
 
 NEW = 64
-CONFIGS = {1: (3, 4), 4: (3, 8)}  # topk -> (steps, draft tokens)
+CONFIGS = {1: (3, 4), 4: (2, 16)}  # topk -> (steps, draft tokens); topk 4 is the seed's tree shape
 SCHEDULES = {"warm_kv": 8, "full_extend": 4}  # per topk: 12 schedules, 24 in all
 TOP = 5
 
@@ -247,3 +249,49 @@ def test_production_configuration_toggled_matches_plain_up_to_near_ties(model_pa
     assert len(runs) >= 12 and state.toggles >= 24 and state.resyncs >= 6
     assert sum(r["joined_while_off"] for r in runs) > 0, "no request joined while OFF"
     assert sum(r["cached_tokens"] for r in runs) > 0, "the shared prefixes never hit the radix cache"
+
+
+def test_sampled_first_tokens_keep_one_distribution_in_the_seed_shape(model_pair):
+    """T=1, top_k 3: the first tokens of N requests of one prompt, drawn ON and OFF from one engine in
+    the seed's tree shape (production configuration) and from the plain engine, are pairwise within
+    test_sampling.py's total-variation bound (false-fails with probability <= DELTA), every output
+    its full length, and ON accepts drafts (the sampled accept path runs)."""
+    import sglang
+
+    from patched_worker.engine import SpecFlipEngine
+    from tests.patched_worker import test_sampling as ts
+
+    engine = SpecFlipEngine(**production_kwargs(model_pair, 4))
+    try:
+        ts._in_mode(engine, True)
+        prompt = ts._probe_prompt(engine, engine)
+        samples = {"on": ts._draw(engine, True, prompt), "off": ts._draw(engine, False, prompt)}
+    finally:
+        engine.shutdown()
+    plain_engine = sglang.Engine(**production_kwargs(model_pair, None))
+    try:
+        samples["plain"] = ts._draw(plain_engine, None, prompt)
+    finally:
+        plain_engine.shutdown()
+    pairs = [("plain", "off"), ("plain", "on"), ("off", "on")]
+    rows = []
+    for a, b in pairs:
+        bound = ts.tv_bound(len(samples[a]), len(samples[b]), ts.TOP_K**ts.TOKENS, ts.DELTA / len(pairs))
+        rows.append({"a": a, "b": b, "tv": ts.tv_distance(samples[a], samples[b]), "bound": bound})
+    payload = {
+        "steps_draft_tokens": CONFIGS[4],
+        "prompt": prompt,
+        "samples": {k: len(v) for k, v in samples.items()},
+        "distinct": {k: len(set(v)) for k, v in samples.items()},
+        "device": torch.cuda.get_device_name(),
+        "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "comparisons": rows,
+    }
+    table = ["| pair | TV | bound |", "|---|---:|---:|"]
+    table += [f"| {r['a']} vs {r['b']} | {r['tv']:.3f} | {r['bound']:.3f} |" for r in rows]
+    head = f"### Sampled verify, topk 4 ({CONFIGS[4][0]} steps, {CONFIGS[4][1]} draft tokens), T=1, top_k {ts.TOP_K}"
+    write_report(
+        report_dir("out/gpu_production"), "report-sampled", payload, "\n".join([head, "", *table]) + "\n"
+    )
+    far = [r for r in rows if r["tv"] > r["bound"]]
+    assert not far, f"the mode changes what is sampled: {far}"
