@@ -222,6 +222,7 @@ class Sweep:
         try:
             if self.args.warmup and variants:
                 self.warm_up(session.switch(variants[0]).url, "app")
+                self.settle()
             for c, k in self.levels():
                 for v in variants:
                     served = session.switch(v)
@@ -244,6 +245,17 @@ class Sweep:
             request_rate=float("inf"),
         )  # fmt: skip
         log(f"{name} warm-up: {2 * c} requests at c={c} in {time.monotonic() - started:.1f} s (not measured)")
+
+    def settle(self) -> None:
+        """Idle after the app's warm-up at the highest level until its policy can have decided for
+        low load again (turning ON waits `on_persist_s` of low load, `dwell_s` after the last flip),
+        so the first measured run starts in the mode the policy gives its level, not the warm-up's."""
+        from deployments.config import load_config
+
+        p = load_config(str(self.args.config)).policy
+        pause = p.on_persist_s + p.dwell_s + 2 * p.tick_s
+        log(f"app settles {pause:.1f} s after its warm-up (on_persist_s + dwell_s + two ticks)")
+        time.sleep(pause)
 
     def run_raw(self, variant: str) -> None:
         from loadtests.rawvsapp.referee import LogReferee

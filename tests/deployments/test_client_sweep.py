@@ -64,6 +64,8 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
         ("sglang_adaptive", "2"),  # SGLang's own --speculative-adaptive server
         ("sglang_adaptive", "1"),
     ]
+    # the app idles after its warm-up until the policy can have decided for the first level's load
+    assert "app settles" in done.stdout + done.stderr
     # the unmeasured runs at the highest level before the app's first and each raw server's first
     assert {p.name for p in out.glob("warmup-*.jsonl")} == {
         "warmup-app.jsonl",
