@@ -136,6 +136,7 @@ class Sweep:
 
         self.args, self.out = args, Path(args.out)
         config = load_config(str(args.config))
+        self.policy = config.policy
         self.model_id = config.model.id
         self.tokenizer = args.tokenizer or config.model.tokenizer_path or config.model.path
         self.cpu = config.engine.device is Device.CPU
@@ -250,9 +251,7 @@ class Sweep:
         """Idle after the app's warm-up at the highest level until its policy can have decided for
         low load again (turning ON waits `on_persist_s` of low load, `dwell_s` after the last flip),
         so the first measured run starts in the mode the policy gives its level, not the warm-up's."""
-        from deployments.config import load_config
-
-        p = load_config(str(self.args.config)).policy
+        p = self.policy
         pause = p.on_persist_s + p.dwell_s + 2 * p.tick_s
         log(f"app settles {pause:.1f} s after its warm-up (on_persist_s + dwell_s + two ticks)")
         time.sleep(pause)

@@ -5,7 +5,8 @@ each, the same Locust client, token-window accounting with repeated windows, the
 as referee for every window, SGLang's benchmark client against the raw server, profiles and the
 report, before it the engines alone under arrivals (`loadtests.bench.engine_arrivals`), and the GPU
 tests' step (every test skips on CPU). Then the chain's guards: a second start while one holds the
-lock refuses, a finished chain started again skips its finished steps. Asserts what the results and the report say, not speed."""
+lock refuses, a finished chain started again skips its finished steps. Asserts what the results and
+the report say, not speed."""
 
 from __future__ import annotations
 

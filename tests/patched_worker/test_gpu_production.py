@@ -264,7 +264,7 @@ def test_sampled_first_tokens_keep_one_distribution_in_the_seed_shape(model_pair
     engine = SpecFlipEngine(**production_kwargs(model_pair, 4))
     try:
         ts._in_mode(engine, True)
-        prompt = ts._probe_prompt(engine, engine)
+        prompt = ts._probe_prompt(engine)
         samples = {"on": ts._draw(engine, True, prompt), "off": ts._draw(engine, False, prompt)}
     finally:
         engine.shutdown()

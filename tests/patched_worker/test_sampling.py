@@ -101,18 +101,19 @@ def _draw(engine, enabled: bool | None, prompt: str) -> list[tuple[int, ...]]:
     return samples
 
 
-def _probe_prompt(tree, chain) -> str:
-    """The candidate whose drafts both engines accept most often (the lower of their rates)."""
+def _probe_prompt(*engines) -> str:
+    """The candidate whose drafts every engine accepts most often (the lowest of their rates)."""
     rates = {}
     for prompt in CANDIDATES:
         rates[prompt] = min(
             _per_verify(engine.generate(prompt=[prompt] * PROBE, sampling_params=SAMPLED))
-            for engine in (tree, chain)
+            for engine in engines
         )
     best = max(CANDIDATES, key=lambda p: rates[p])
     shown = ", ".join(f"{p.strip()!r} {r:.2f}" for p, r in rates.items())
     report(
-        f"sampling T=1 top_k={TOP_K}: prompt {best.strip()!r} (lower tokens per verify of tree, chain: {shown})"
+        f"sampling T=1 top_k={TOP_K}: prompt {best.strip()!r} (lowest tokens per verify of "
+        f"{len(engines)} engine(s): {shown})"
     )
     return best
 
