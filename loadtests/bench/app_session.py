@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["APP_VARIANTS", "AppSession", "Served", "app_variants", "log"]
+__all__ = ["APP_VARIANTS", "AppSession", "Served", "app_variants", "keep_logs", "log"]
 
 APP_VARIANTS = {"on": "on", "off": "off", "dynamic": "auto"}  # variant -> the override that makes it
 
@@ -55,6 +56,7 @@ class AppSession:
                 f"{sys.executable} -m deployments serve --config {{config}} --port {{port}}", token=self.token,
                 specs=specs, ready_timeout=args.ready_timeout, log_dir=out / "app", env=env, log=log,
             )  # fmt: skip
+        self._out = out
         self._url = ""
         self._client: Any = None
         self._referee: Any = None
@@ -87,9 +89,32 @@ class AppSession:
 
     def close(self) -> None:
         try:
+            self._keep_replica_logs()
             self._close_clients()
         finally:
             self.launcher.stop()
+
+    def _keep_replica_logs(self) -> None:
+        if self._lines is not None:
+            keep_logs(self._lines.log_paths, self._out / "app", "replica")
+
+
+def keep_logs(paths: list[Path], folder: Path, name: str) -> list[Path]:
+    """Copy a replica's Ray worker logs (its engine's prefill and decode lines, step by step) into
+    `folder` as NAME-K.out / .err, beside the raw servers' logs: Ray's session folder does not come
+    back from a GPU host, and these lines split the engine's step time from the serving path's.
+    Returns the copies; a log that cannot be read is named in a line, not raised."""
+    kept = []
+    for k, path in enumerate(paths):
+        dest = folder / f"{name}-{k}{path.suffix}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest)
+        except OSError as err:
+            log(f"log {path} not kept: {err}")
+            continue
+        kept.append(dest)
+    return kept
 
 
 def app_variants(args: argparse.Namespace, variants: list[str], out: Path) -> Iterator[Served]:
