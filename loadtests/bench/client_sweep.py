@@ -20,6 +20,14 @@ replicas' status is polled every 0.5 s: the flips inside each run and the mode o
 run level by level (every variant at a level, then the next level); a raw server runs all its levels
 once started. The app and each raw server first get one unmeasured warm-up run at the highest level.
 
+ITL comes twice. `itl_p50_ms`/`itl_p99_ms` are SGLang's own, and SGLang's client computes them two
+ways: for a server that reports an accept length on /server_info (SGLang's EAGLE-3 server:
+`raw_eagle`, `sglang_adaptive`) it divides each streamed chunk's gap by the tokens its tokenizer finds
+in the chunk's text (a per-token ITL); for every other server (the app, `raw_plain`) it keeps the gap
+between chunks. `chunk_itl_p50_ms`/`chunk_itl_p99_ms` are the gaps between streamed chunks that
+carried text, from the same client's per-request gaps, the same way for every variant: compare those
+across variants.
+
 Writes into --out after every run: sweep.csv (shape, variant, concurrency, repeat, output_tok_s,
 ttft_p50_ms, tpot_p50_ms, flips, then the rest), results.json, status.csv, and per run SGLang's
 own JSONL line.
@@ -38,12 +46,14 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.bench.app_session import APP_VARIANTS, AppSession, log
+from loadtests.metrics import percentile
 
 __all__ = [
     "APP_VARIANTS",
     "CSV_FIRST",
     "SglangClient",
     "SweepRun",
+    "chunk_gaps",
     "draw_modes",
     "main",
 ]
@@ -82,8 +92,12 @@ class SweepRun:
     flips: int | None  # flips of the app's replicas inside the run (None: a raw server)
     ttft_p99_ms: float | None
     tpot_p99_ms: float | None
+    # SGLang's ITL: per token for a server reporting an accept length (raw_eagle, sglang_adaptive),
+    # per chunk for the rest; across variants compare chunk_itl_*, the same for every variant
     itl_p50_ms: float | None
     itl_p99_ms: float | None
+    chunk_itl_p50_ms: float | None  # gap between streamed chunks that carried text, every variant alike
+    chunk_itl_p99_ms: float | None
     duration_s: float
     prompts: int
     completed: int
@@ -186,6 +200,7 @@ class Sweep:
         if referee is not None:
             tokens = referee.tokens(started, ended) if hasattr(referee, "tokens") else None
             engine = tokens / duration if tokens and duration > 0 else referee.rate(ended - duration, ended)
+        gaps = chunk_gaps(result)
         run = SweepRun(
             shape=a.shape, variant=variant, concurrency=c, repeat=k,
             output_tok_s=round(float(result.get("output_throughput") or 0.0), 1),
@@ -193,6 +208,7 @@ class Sweep:
             flips=_flips(samples) if poller is not None else None,
             ttft_p99_ms=_ms(result, "p99_ttft_ms"), tpot_p99_ms=_ms(result, "p99_tpot_ms"),
             itl_p50_ms=_ms(result, "median_itl_ms"), itl_p99_ms=_ms(result, "p99_itl_ms"),
+            chunk_itl_p50_ms=_gap_ms(gaps, 50), chunk_itl_p99_ms=_gap_ms(gaps, 99),
             duration_s=round(duration, 2), prompts=n, completed=int(result.get("completed") or 0),
             output_tokens=int(result.get("total_output_tokens") or 0),
             engine_tok_s=None if engine is None else round(engine, 1),
@@ -205,7 +221,7 @@ class Sweep:
         log(
             f"{variant} c={c} repeat {k}: {run.output_tok_s:,.0f} tok/s over {run.duration_s:.1f} s "
             f"({run.completed}/{n} done; engine {run.engine_tok_s or 0:,.0f}), TTFT p50 {run.ttft_p50_ms} ms, "
-            f"TPOT p50 {run.tpot_p50_ms} ms, ITL p99 {run.itl_p99_ms} ms"
+            f"TPOT p50 {run.tpot_p50_ms} ms, ITL p99 {run.itl_p99_ms} ms (chunk {run.chunk_itl_p99_ms} ms)"
             + f", batch {run.engine_running}, queue {run.engine_queued}"
             + ("" if run.flips is None else f", {run.flips} flips, ON {run.on_fraction:.0%} of samples")
         )
@@ -350,6 +366,24 @@ def plot_modes(status_csv: Path, png: Path) -> None:
 def _ms(result: dict[str, Any], key: str) -> float | None:
     v = result.get(key)
     return None if v is None else round(float(v), 2)
+
+
+def chunk_gaps(result: dict[str, Any]) -> list[float]:
+    """The gaps (seconds) between streamed chunks that carried text, over the run's successful requests:
+    SGLang's per-request `itls` (in its result whether or not `--output-details` is set), undivided.
+    A request's first chunk is its TTFT, not a gap. SGLang's own ITL leaves failed requests out too."""
+    errors = result.get("errors") or []
+    return [
+        gap
+        for i, gaps in enumerate(result.get("itls") or [])
+        if i >= len(errors) or not errors[i]
+        for gap in gaps
+    ]
+
+
+def _gap_ms(gaps: list[float], p: float) -> float | None:
+    v = percentile(gaps, p)
+    return None if v is None else round(v * 1000, 2)
 
 
 def _round(v: float | None) -> float | None:

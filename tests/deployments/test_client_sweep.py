@@ -1,8 +1,8 @@
 """`loadtests.bench.client_sweep` and `client_transition` on CPU, the GPU chain's sweep step in small: SGLang's own benchmark
 client, imported once, against the shared app's variants by override (`--target`) and against SGLang's
 own plain server with the same engine arguments. Asserts what the chain's results say (the issue's
-sweep.csv columns, every run complete and refereed, flips only for the app, the status trace and the
-mode plot) and that the app's overrides are put back; not speed."""
+sweep.csv columns, every run complete and refereed, chunk ITL alike for every variant, flips only for
+the app, the status trace and the mode plot) and that the app's overrides are put back; not speed."""
 
 from __future__ import annotations
 
@@ -78,6 +78,13 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
         assert int(r["completed"]) == int(r["prompts"]) == 4, r
         assert float(r["output_tok_s"]) > 0 and float(r["tpot_p50_ms"]) > 0, r
         assert (r["flips"] == "") is (variant in ("raw_plain", "sglang_adaptive")), r  # flips are the app's
+        # the gaps between streamed chunks, measured alike for every variant
+        assert 0 < float(r["chunk_itl_p50_ms"]) <= float(r["chunk_itl_p99_ms"]), r
+        if variant != "sglang_adaptive":
+            # no accept length on /server_info: SGLang's ITL is the gap between chunks too (its EAGLE
+            # server's, which reports one, divides each gap by the chunk's tokens)
+            assert float(r["chunk_itl_p50_ms"]) == pytest.approx(float(r["itl_p50_ms"]), abs=0.011), r
+            assert float(r["chunk_itl_p99_ms"]) == pytest.approx(float(r["itl_p99_ms"]), abs=0.011), r
     # the app's replicas count the tokens they generated: the referee saw the app's runs
     assert float(rows["off"]["engine_tok_s"]) > 0 and float(rows["dynamic"]["engine_tok_s"]) > 0
     assert float(rows["off"]["on_fraction"]) == 0.0  # held OFF by override throughout
