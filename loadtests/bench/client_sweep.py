@@ -17,8 +17,9 @@ a run shorter than 20 s shows. Referee: the engine's own decode tokens over the 
 `generated_tokens` for the app, the scheduler's decode lines for a raw server). For app runs the
 replicas' status is polled every 0.5 s: the flips inside each run and the mode over time
 (status.csv) come from there. App variants that follow each other in `--variants` share one app and
-run level by level (every variant at a level, then the next level); a raw server runs all its levels
-once started. The app and each raw server first get one unmeasured warm-up run at the highest level.
+run level by level (every variant at a level, then the next level; repeat k starts with the k-th
+variant); a raw server runs all its levels once started. The app and each raw server first get one
+unmeasured warm-up run at the highest level.
 
 ITL comes twice. `itl_p50_ms`/`itl_p99_ms` are SGLang's own, and SGLang's client computes them two
 ways: for a server that reports an accept length on /server_info (SGLang's EAGLE-3 server:
@@ -56,6 +57,7 @@ __all__ = [
     "chunk_gaps",
     "draw_modes",
     "main",
+    "rotated",
 ]
 
 # variant -> raw_sglang's arguments: SGLang's server with the config's draft, without it, and with its
@@ -142,6 +144,12 @@ def _flips(samples: list[Any]) -> int:
     for s in samples:
         by_replica.setdefault(s.replica_id, []).append(s.flips)
     return sum(max(v) - v[0] for v in by_replica.values())
+
+
+def rotated(variants: list[str], k: int) -> list[str]:
+    """The variants in the order of repeat k: the list turned left by k places."""
+    j = k % len(variants) if variants else 0
+    return variants[j:] + variants[:j]
 
 
 class Sweep:
@@ -233,7 +241,9 @@ class Sweep:
     def run_app(self, variants: list[str]) -> None:
         """Level by level, every variant at a level before the next level (one app, switched by
         override): a host that drifts or warms up, or a lease that ends mid-sweep, leaves whole
-        comparisons rather than one variant's levels. Before the first measured run, one unmeasured
+        comparisons rather than one variant's levels. Repeat k starts with the k-th variant
+        (`rotated`), so over as many repeats as variants each runs first at a level once and its
+        place in the order is not confounded with it. Before the first measured run, one unmeasured
         run warms the app up (see `warm_up`)."""
         session = AppSession(self.args, variants, self.out)
         try:
@@ -241,7 +251,7 @@ class Sweep:
                 self.warm_up(session.switch(variants[0]).url, "app")
                 self.settle()
             for c, k in self.levels():
-                for v in variants:
+                for v in rotated(variants, k):
                     served = session.switch(v)
                     self.one(served.url, v, c, k, served.referee, served.client, served.lines)
         finally:
