@@ -67,6 +67,15 @@ FI_CACHE=$HOME/.cache/flashinfer
 # files already there stay (importing flashinfer may have made its cache folder already)
 if [ -f "$JIT/flashinfer-cache.tgz" ]; then
   mkdir -p "$HOME/.cache" && tar xzf "$JIT/flashinfer-cache.tgz" --skip-old-files -C "$HOME/.cache" && log "flashinfer JIT cache unpacked from $JIT"
+  # The JIT builds with ninja, which rebuilds an output whose build-log time is older than its newest
+  # input; the headers it compiles against were installed minutes ago, so every cached kernel was
+  # rebuilt anyway (seen 2026-12-04: the same command hashes logged twice, 85 s in the first prefill).
+  # Date those inputs back to before any cached build.
+  for pkg in flashinfer tvm_ffi sglang; do
+    dir=$(python3 -c "import importlib.util as u; s = u.find_spec('$pkg'); print(s.submodule_search_locations[0] if s else '')" 2> /dev/null)
+    [ "$pkg" = sglang ] && [ -n "$dir" ] && dir=$dir/kernels/jit
+    [ -n "$dir" ] && [ -d "$dir" ] && find "$dir" -exec touch -h -d 2000-01-01 {} + && log "JIT inputs in $dir dated back"
+  done
 fi
 if [ -f "$JIT/tvmffi-cache.tgz" ] && [ -n "${TVM_FFI_CACHE_DIR:-}" ]; then
   mkdir -p "$TVM_FFI_CACHE_DIR" && tar xzf "$JIT/tvmffi-cache.tgz" --skip-old-files --strip-components=1 -C "$TVM_FFI_CACHE_DIR" && log "tvm-ffi cache unpacked from $JIT"
