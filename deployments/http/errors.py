@@ -39,10 +39,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_SERVED = (
-    "this app serves /v1/chat/completions, /v1/completions and /v1/models (a generative model: no "
-    "embeddings, audio, scoring or tokenizing), and /specflip/status, /specflip/override, /metrics"
-)
 _TYPES = {
     400: "BadRequestError",
     401: "AuthenticationError",
@@ -155,11 +151,19 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(400, f"{where}: {message}"[:500], param=where)
 
 
+def _served() -> str:
+    """What a 404 says the app serves: the routes of `deployments.http.routes.ENDPOINTS`."""
+    from deployments.http.routes import ENDPOINTS  # a cycle at import: routes documents these errors
+
+    paths = ", ".join(route.path.replace(":path", "") for route in ENDPOINTS.values())
+    return f"this app serves {paths} (a generative model: no embeddings, audio, scoring or tokenizing)"
+
+
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     status = getattr(exc, "status_code", 500)
     detail = getattr(exc, "detail", None)
     if status == 404 and detail in (None, "Not Found"):
-        detail = f"{request.method} {request.url.path[:100]} is not served here: {_SERVED}"
+        detail = f"{request.method} {request.url.path[:100]} is not served here: {_served()}"
     elif status == 405:
         detail = f"method {request.method} is not allowed on {request.url.path}"
     headers = getattr(exc, "headers", None)

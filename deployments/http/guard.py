@@ -13,7 +13,7 @@ type the client sent (curl's default form type, `text/plain`), and never seriali
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -24,6 +24,7 @@ from deployments.http.body import Endpoint, Problem, check_request, parse_body
 from deployments.http.errors import error_response
 from deployments.http.limits import ModelLimits, limits_for
 from deployments.http.openai_models import OpenAIRequest
+from deployments.http.routes import ENDPOINTS
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -34,7 +35,8 @@ __all__ = [
 ]
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # without a config; else serve.max_body_bytes
-_ENDPOINTS: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+# the routes whose body is checked here, by path: their endpoint name is their handler's
+_ENDPOINTS = {route.path: cast(Endpoint, name) for name, route in ENDPOINTS.items() if route.body}
 _STATE_KEY = (
     "specflip_request"  # the validated request's key in the ASGI scope's state (Starlette's request.state)
 )

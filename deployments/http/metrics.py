@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ray.serve import metrics as serve_metrics
 
 from deployments.http.errors import client_gone
+from deployments.http.routes import ENDPOINTS
 
 if TYPE_CHECKING:
     from deployments.http.request_report import Report
@@ -42,12 +43,9 @@ __all__ = [
 
 PREFIX = "specflip_"
 RAY_PREFIX = "ray_"  # Ray's metrics agent exports every application metric under it
-_ENDPOINTS = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/models",
-    "/specflip/status",
-    "/specflip/override",
+# endpoint labels: the served routes but /metrics (a model's path counts as /v1/models), and three
+# the app does not serve, the 404s clients most often meet
+_ENDPOINTS = tuple(r.path for r in ENDPOINTS.values() if r.path != "/metrics" and "{" not in r.path) + (
     "/tokenize",
     "/detokenize",
     "/v1/embeddings",
