@@ -75,72 +75,32 @@ class Family:
     buckets: tuple[float, ...] = ()
 
 
+_E = ("endpoint",)
+# name without PREFIX, kind, tags, buckets, help
+_TABLE: tuple[tuple[str, str, tuple[str, ...], tuple[float, ...], str], ...] = (
+    ("requests", "counter", ("endpoint", "status"), (), "HTTP responses by endpoint and status"),
+    ("request_duration_seconds", "histogram", _E, _LATENCY_BUCKETS,
+     "Successful requests, arrival to last byte"),
+    ("ttft_seconds", "histogram", _E, _LATENCY_BUCKETS,
+     "Streamed requests: time to the first generated chunk"),
+    ("tpot_seconds", "histogram", _E, _TPOT_BUCKETS,
+     "Streamed requests: time per output token after the first"),
+    ("output_tokens", "counter", _E, (), "Completion tokens returned"),
+    ("request_modes", "counter", ("modes",), (),
+     "Chat and completions requests answered, by the speculation modes they ran under"),
+    ("request_accept_length", "histogram", (), _ACCEPT_BUCKETS,
+     "Requests decoded ON throughout: tokens per decode step"),
+    ("streams_windowed", "counter", (), (),
+     "Streams that switched to one packet per stream_batching_interval_ms (the loop ran behind)"),
+    ("served_requests", "counter", ("class", "mode"), (),
+     "Requests this replica took, by request class and its speculation mode when it took them"),
+    ("http_policy_reachable", "gauge", (), (),
+     "1 if the policy actor answered the last status/metrics call of this replica"),
+    ("http_policy_restarts", "gauge", (), (),
+     "Times Ray restarted the policy actor, as of this replica's last status/metrics call"),
+)  # fmt: skip
 FAMILIES = {
-    f.name: f
-    for f in (
-        Family(
-            PREFIX + "requests", "counter", ("endpoint", "status"), "HTTP responses by endpoint and status"
-        ),
-        Family(
-            PREFIX + "request_duration_seconds",
-            "histogram",
-            ("endpoint",),
-            "Successful requests, arrival to last byte",
-            _LATENCY_BUCKETS,
-        ),
-        Family(
-            PREFIX + "ttft_seconds",
-            "histogram",
-            ("endpoint",),
-            "Streamed requests: time to the first generated chunk",
-            _LATENCY_BUCKETS,
-        ),
-        Family(
-            PREFIX + "tpot_seconds",
-            "histogram",
-            ("endpoint",),
-            "Streamed requests: time per output token after the first",
-            _TPOT_BUCKETS,
-        ),
-        Family(PREFIX + "output_tokens", "counter", ("endpoint",), "Completion tokens returned"),
-        Family(
-            PREFIX + "request_modes",
-            "counter",
-            ("modes",),
-            "Chat and completions requests answered, by the speculation modes they ran under",
-        ),
-        Family(
-            PREFIX + "request_accept_length",
-            "histogram",
-            (),
-            "Requests decoded ON throughout: tokens per decode step",
-            _ACCEPT_BUCKETS,
-        ),
-        Family(
-            PREFIX + "streams_windowed",
-            "counter",
-            (),
-            "Streams that switched to one packet per stream_batching_interval_ms (the loop ran behind)",
-        ),
-        Family(
-            PREFIX + "served_requests",
-            "counter",
-            ("class", "mode"),
-            "Requests this replica took, by request class and its speculation mode when it took them",
-        ),
-        Family(
-            PREFIX + "http_policy_reachable",
-            "gauge",
-            (),
-            "1 if the policy actor answered the last status/metrics call of this replica",
-        ),
-        Family(
-            PREFIX + "http_policy_restarts",
-            "gauge",
-            (),
-            "Times Ray restarted the policy actor, as of this replica's last status/metrics call",
-        ),
-    )
+    PREFIX + n: Family(PREFIX + n, kind, tags, help, buckets) for n, kind, tags, buckets, help in _TABLE
 }
 
 
