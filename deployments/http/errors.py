@@ -81,13 +81,8 @@ def error_response(
 def _error_body(
     status: int, message: str, type_: str | None = None, param: str | None = None
 ) -> dict[str, Any]:
-    detail = {
-        "message": message,
-        "type": type_ or _TYPES.get(status, "Error"),
-        "param": param,
-        "code": status,
-    }
-    return {"error": detail}
+    type_ = type_ or _TYPES.get(status, "Error")
+    return {"error": {"message": message, "type": type_, "param": param, "code": status}}
 
 
 def request_id_of(request: Request | None) -> str:

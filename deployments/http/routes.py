@@ -155,16 +155,16 @@ def install_openapi(app: Any) -> None:
 def _drop_unreferenced(schema: dict[str, Any]) -> None:
     """Remove component schemas nothing refers to any more (the request models' own)."""
     components = schema.get("components", {}).get("schemas", {})
-    prefix = _COMPONENTS
     seen: set[str] = set()
     stack: list[Any] = [schema.get("paths", {})]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
             ref = item.get("$ref")
-            if isinstance(ref, str) and ref.startswith(prefix) and ref[len(prefix) :] not in seen:
-                seen.add(ref[len(prefix) :])
-                stack.append(components.get(ref[len(prefix) :]))
+            name = ref[len(_COMPONENTS) :] if isinstance(ref, str) and ref.startswith(_COMPONENTS) else None
+            if name is not None and name not in seen:
+                seen.add(name)
+                stack.append(components.get(name))
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
