@@ -118,12 +118,8 @@ class _FleetCollector(Collector):
             yield _per_replica(
                 ENGINE_PREFIX + row[0], row, ((r.replica_id, row[4](r, e)) for r, e in engines)
             )
-        yield GaugeMetricFamily(
-            PREFIX + "replicas", "Replicas known to the policy", value=len(status.replicas)
-        )
-        yield GaugeMetricFamily(
-            PREFIX + "restarted", "1 if this actor process is a restart", value=float(status.restarted)
-        )
+        yield _G(PREFIX + "replicas", "Replicas known to the policy", value=len(status.replicas))
+        yield _G(PREFIX + "restarted", "1 if this actor process is a restart", value=float(status.restarted))
 
 
 class PushedFamilies(Collector):

@@ -127,12 +127,11 @@ class _Metric:
     def __init__(self, family: Family) -> None:
         self.family = family
         tags: Any = family.tags  # Ray annotates a 1-tuple; any length is taken
-        if family.kind == "counter":
-            self._metric: Any = serve_metrics.Counter(family.name, family.help, tags)
-        elif family.kind == "gauge":
-            self._metric = serve_metrics.Gauge(family.name, family.help, tags)
+        if family.kind == "histogram":
+            self._metric: Any = serve_metrics.Histogram(family.name, family.help, list(family.buckets), tags)
         else:
-            self._metric = serve_metrics.Histogram(family.name, family.help, list(family.buckets), tags)
+            kind = serve_metrics.Counter if family.kind == "counter" else serve_metrics.Gauge
+            self._metric = kind(family.name, family.help, tags)
 
     def labels(self, *values: str) -> _Series:
         return _Series(self._metric, dict(zip(self.family.tags, values, strict=True)))
