@@ -15,8 +15,6 @@ answers 404 there: `status()` returns None.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -118,18 +116,6 @@ class SpecflipClient:
         doc = self.status()
         return list(doc.get("replicas") or []) if doc is not None else []
 
-    def fleet_ready(self) -> tuple[bool, str]:
-        """Whether every replica the app was deployed with reports to the policy (an app without
-        the specflip status API counts as ready once it answers), and a note on what is missing.
-        Serve answers /v1/models as soon as one replica is up; an override sent before the
-        replicas register would miss them."""
-        doc = self.status()
-        if doc is None:
-            return True, "no specflip status API"
-        live = [d for d in doc.get("replicas") or [] if not d.get("stale")]
-        expected = doc.get("expected_replicas") or 1
-        return len(live) >= expected, f"{len(live)}/{expected} replicas reporting"
-
     def send_override(self, mode: str, replica_id: str = "*", token: str | None = None) -> httpx.Response:
         """POST /specflip/override as is (the response whatever its status)."""
         return self.post(
@@ -147,37 +133,6 @@ class SpecflipClient:
             raise ControlError(
                 f"override {mode} for {replica_id} failed: HTTP {r.status_code} {r.text[:200]}"
             )
-
-    def wait_for_override(
-        self, mode: str, timeout: float = 60.0, flip_timeout: float = 10.0, log: Callable[[str], None] = print
-    ) -> None:
-        """Block until every replica reports the override; then, for on/off, wait a little for
-        the replicas to run in that mode (an idle engine may flip only at its next iteration,
-        so that part only logs when it does not happen)."""
-        t0 = time.time()
-        while True:
-            doc = self.status()
-            if doc is None:
-                raise ControlError("the app has no /specflip/status: it cannot be switched by override")
-            last = list(doc.get("replicas") or [])
-            if last and all(r.get("override") == mode for r in last):
-                break
-            if time.time() - t0 > timeout:
-                state = ", ".join(f"{r['replica_id']}:override={r.get('override')}" for r in last)
-                raise ControlError(f"replicas did not take override={mode} within {timeout:.0f}s ({state})")
-            time.sleep(0.25)
-        if mode == "auto":
-            return
-        while not all(r.get("mode") == mode for r in last):
-            if time.time() - t0 > timeout + flip_timeout:
-                state = " ".join(f"{r['replica_id']}:{r.get('mode')}" for r in last)
-                log(
-                    f"[launch] note: override={mode} set, replicas not flipped yet ({state}); "
-                    "they flip at their next iteration, inside the warm-up"
-                )
-                return
-            time.sleep(0.25)
-            last = self.replicas() or last
 
     def metrics(self) -> str:
         """The Prometheus text of `GET /metrics`."""

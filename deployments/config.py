@@ -66,9 +66,7 @@ class SpeculationSettings(_Frozen):
     strategy: Strategy = Field(
         default=Strategy.WARM_KV, description="Draft upkeep while OFF: warm_kv | full_extend | cold."
     )
-    start_enabled: bool = Field(
-        default=True, description="Mode of a replica before the policy's first decision."
-    )
+    start_enabled: bool = Field(default=True, description="Mode of a replica until the policy first decides.")
 
     @model_validator(mode="after")
     def _shape(self) -> SpeculationSettings:
@@ -115,9 +113,7 @@ class PolicySection(PolicySettings):
 
 
 class EngineSettings(_Frozen):
-    device: Device = Field(
-        default=Device.CUDA, description="cuda (one GPU per replica) or cpu (tests, demos)."
-    )
+    device: Device = Field(default=Device.CUDA, description="cuda (a GPU per replica) or cpu (tests, demos).")
     dtype: str = Field(default="auto", description="Model dtype; cpu runs float32.")
     attention_backend: str | None = Field(
         default=None, description="None picks flashinfer on cuda, intel_amx/torch_native on cpu."
@@ -144,9 +140,7 @@ class EngineSettings(_Frozen):
 
 
 class ReplicaSettings(_Frozen):
-    count: int = Field(
-        default=2, ge=1, le=1024, description="Number of engine replicas (fixed; no autoscaling)."
-    )
+    count: int = Field(default=2, ge=1, le=1024, description="Engine replicas (fixed; no autoscaling).")
     num_gpus: float = Field(default=1.0, ge=0, description="GPUs per replica (cuda); ignored on cpu.")
     num_cpus: float = Field(default=1.0, ge=0, description="CPUs per replica (Ray resource).")
     max_ongoing_requests: int = Field(
@@ -160,9 +154,7 @@ class ReplicaSettings(_Frozen):
         le=60,
         description="Seconds between a replica's load reports to the policy (and mode updates it applies).",
     )
-    report_timeout_s: float = Field(
-        default=1.0, gt=0, description="Timeout of one report to the policy actor."
-    )
+    report_timeout_s: float = Field(default=1.0, gt=0, description="Timeout of a report to the policy actor.")
     fallback_after_ticks: int = Field(
         default=3,
         ge=1,

@@ -8,19 +8,6 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = [
-    "SGLANG_VERSION",
-    "SpecFlipControlTimeout",
-    "SpecFlipEngine",
-    "SpeculationRpcError",
-    "SpeculationState",
-    "Strategy",
-    "SwitchConfig",
-    "UnsupportedSetup",
-    "cpu_engine_kwargs",
-    "install",
-]
-
 _LAZY = {
     "SGLANG_VERSION": "patched_worker.version",
     "SpecFlipControlTimeout": "patched_worker.errors",
@@ -33,6 +20,7 @@ _LAZY = {
     "SwitchConfig": "patched_worker.state",
     "install": "patched_worker.install",
 }
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str):

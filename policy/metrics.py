@@ -9,7 +9,7 @@ The `specflip_engine_*` families are each replica's engine switch state as it re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -38,113 +38,88 @@ PREFIX_FAMILY = "specflip_routed_prefix"
 _DECISION_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 
 
+_G, _C = GaugeMetricFamily, CounterMetricFamily
+_ON = {SpecMode.ON: 1.0, SpecMode.OFF: 0.0}
+# a sample's value, None for no sample, or values by the family's further labels
+_Value = float | None | dict[tuple[str, ...], float]
+_Row = tuple[
+    str, Callable[..., GaugeMetricFamily | CounterMetricFamily], str, tuple[str, ...], Callable[..., _Value]
+]
+
+# families with a series per replica, after their `replica` label: (name without PREFIX, type, help,
+# further labels, the value of a replica's status)
+_FLEET: tuple[_Row, ...] = (
+    ("desired_mode", _G, "Desired speculation mode (1 on, 0 off)", (), lambda r: _ON[r.desired]),
+    ("actual_mode", _G, "Reported speculation mode (1 on, 0 off)", (), lambda r: _ON[r.actual]),
+    ("load", _G, "Load the rule sees (per load_metric)", (), lambda r: r.load),
+    ("running", _G, "Requests in the running batch", (), lambda r: r.running),
+    ("waiting", _G, "Requests queued in the engine", (), lambda r: r.waiting),
+    ("accept_length", _G, "Reported accept length EMA", (), lambda r: r.accept_length),
+    ("overridden", _G, "1 while an operator override holds", (),
+     lambda r: float(r.override is not Override.AUTO)),
+    ("stale", _G, "1 while the last report is stale", (), lambda r: float(r.stale)),
+    ("report_age_seconds", _G, "Seconds since the last report", (), lambda r: r.last_report_age_s),
+    ("flips", _C, "Desired-mode flips of the replica", (), lambda r: r.flips),
+    ("source", _G, "1 for the policy source the replica reported following (stale: report too old)",
+     ("source",), lambda r: {(_source(r),): 1.0}),
+)  # fmt: skip
+# the same for the engine's own state (after ENGINE_PREFIX), of the replicas that reported one:
+# the value of a replica's status and its engine state
+_ENGINE: tuple[_Row, ...] = (
+    ("off_cuda_graphs", _G, "1 if OFF steps replay plain decode CUDA graphs, 0 if they run eager (reason "
+     "says why)", ("reason",), lambda r, e: {(e.off_cuda_graphs_note,): float(e.off_cuda_graphs)}),
+    ("off_cuda_graphs_bytes", _G, "Device memory of the OFF graphs", (),
+     lambda r, e: e.off_cuda_graphs_bytes),
+    ("strategy", _G, "1 for the draft strategy in force while OFF, with the configured one",
+     ("strategy", "configured"),
+     lambda r, e: {(e.strategy.value, (e.strategy_configured or e.strategy).value): 1.0}),
+    ("strategy_fallback", _G, "1 while the strategy in force differs from the configured one", (),
+     lambda r, e: float(bool(e.strategy_fallback))),
+    ("toggles", _C, "Speculation flips the engine applied", (), lambda r, e: e.toggles),
+    ("resyncs", _C, "Decode-mode draft resyncs launched", (), lambda r, e: e.resyncs),
+    ("resyncs_timed", _C, "Resyncs whose duration is known", (), lambda r, e: e.resyncs_timed),
+    ("resync_seconds", _C, "Summed duration of the timed resyncs", (), lambda r, e: e.resync_ms_total / 1e3),
+    ("last_resync_seconds", _G, "Duration of the last timed resync", (),
+     lambda r, e: None if e.last_resync_ms is None else e.last_resync_ms / 1e3),
+    ("decode_steps", _C, "Decode steps by mode", ("mode",),
+     lambda r, e: {("on",): e.on_steps, ("off",): e.off_steps}),
+    ("generated_tokens", _C, "Tokens decode steps committed, both modes (prefill's first token not)", (),
+     lambda r, e: e.generated_tokens),
+    ("control_timeouts", _C, "Replica control calls to the engine that timed out", (),
+     lambda r, e: r.control_timeouts),
+)  # fmt: skip
+
+
+def _source(r: ReplicaStatus) -> str:
+    return STALE_SOURCE if r.stale else "unknown" if r.policy_source is None else r.policy_source.value
+
+
+def _per_replica(name: str, row: _Row, values: Iterable[tuple[str, _Value]]) -> Metric:
+    """One family of `row`'s, named `name`, with the samples of (replica id, value) pairs."""
+    _, kind, help_, labels, _ = row
+    family = kind(name, help_, labels=["replica", *labels])
+    for replica_id, value in values:
+        for extra, v in value.items() if isinstance(value, dict) else [((), value)]:
+            if v is not None:
+                family.add_metric([replica_id, *extra], v)
+    return family
+
+
 class _FleetCollector(Collector):
     def __init__(self, status: Callable[[], FleetStatus]) -> None:
         self._status = status
 
     def collect(self) -> Iterator[Metric]:
         status = self._status()
-        labels = ["replica"]
-        desired = GaugeMetricFamily(
-            PREFIX + "desired_mode", "Desired speculation mode (1 on, 0 off)", labels=labels
-        )
-        actual = GaugeMetricFamily(
-            PREFIX + "actual_mode", "Reported speculation mode (1 on, 0 off)", labels=labels
-        )
-        load = GaugeMetricFamily(PREFIX + "load", "Load the rule sees (per load_metric)", labels=labels)
-        running = GaugeMetricFamily(PREFIX + "running", "Requests in the running batch", labels=labels)
-        waiting = GaugeMetricFamily(PREFIX + "waiting", "Requests queued in the engine", labels=labels)
-        accept = GaugeMetricFamily(PREFIX + "accept_length", "Reported accept length EMA", labels=labels)
-        overridden = GaugeMetricFamily(
-            PREFIX + "overridden", "1 while an operator override holds", labels=labels
-        )
-        stale = GaugeMetricFamily(PREFIX + "stale", "1 while the last report is stale", labels=labels)
-        age = GaugeMetricFamily(PREFIX + "report_age_seconds", "Seconds since the last report", labels=labels)
-        flips = CounterMetricFamily(PREFIX + "flips", "Desired-mode flips of the replica", labels=labels)
-        for r in status.replicas:
-            key = [r.replica_id]
-            desired.add_metric(key, 1.0 if r.desired is SpecMode.ON else 0.0)
-            actual.add_metric(key, 1.0 if r.actual is SpecMode.ON else 0.0)
-            load.add_metric(key, r.load)
-            running.add_metric(key, r.running)
-            waiting.add_metric(key, r.waiting)
-            if r.accept_length is not None:
-                accept.add_metric(key, r.accept_length)
-            overridden.add_metric(key, 0.0 if r.override is Override.AUTO else 1.0)
-            stale.add_metric(key, 1.0 if r.stale else 0.0)
-            age.add_metric(key, r.last_report_age_s)
-            flips.add_metric(key, r.flips)
-        source = GaugeMetricFamily(
-            PREFIX + "source",
-            "1 for the policy source the replica reported following (stale: report too old)",
-            labels=["replica", "source"],
-        )
-        for r in status.replicas:
-            reported = "unknown" if r.policy_source is None else r.policy_source.value
-            source.add_metric([r.replica_id, STALE_SOURCE if r.stale else reported], 1.0)
-        yield from (desired, actual, load, running, waiting, accept, overridden, stale, age, flips, source)
-        yield from _engine_families(status.replicas)
-        yield GaugeMetricFamily(
-            PREFIX + "replicas", "Replicas known to the policy", value=len(status.replicas)
-        )
-        yield GaugeMetricFamily(
-            PREFIX + "restarted", "1 if this actor process is a restart", value=float(status.restarted)
-        )
-
-
-def _engine_families(replicas: tuple[ReplicaStatus, ...]) -> Iterator[Metric]:
-    p, r_ = ENGINE_PREFIX, ["replica"]
-    graphs = GaugeMetricFamily(
-        p + "off_cuda_graphs",
-        "1 if OFF steps replay plain decode CUDA graphs, 0 if they run eager (reason says why)",
-        labels=["replica", "reason"],
-    )
-    graph_bytes = GaugeMetricFamily(p + "off_cuda_graphs_bytes", "Device memory of the OFF graphs", labels=r_)
-    strategy = GaugeMetricFamily(
-        p + "strategy",
-        "1 for the draft strategy in force while OFF, with the configured one",
-        labels=["replica", "strategy", "configured"],
-    )
-    fallback = GaugeMetricFamily(
-        p + "strategy_fallback", "1 while the strategy in force differs from the configured one", labels=r_
-    )
-    toggles = CounterMetricFamily(p + "toggles", "Speculation flips the engine applied", labels=r_)
-    resyncs = CounterMetricFamily(p + "resyncs", "Decode-mode draft resyncs launched", labels=r_)
-    timed = CounterMetricFamily(p + "resyncs_timed", "Resyncs whose duration is known", labels=r_)
-    resync_s = CounterMetricFamily(p + "resync_seconds", "Summed duration of the timed resyncs", labels=r_)
-    last_resync = GaugeMetricFamily(p + "last_resync_seconds", "Duration of the last timed resync", labels=r_)
-    steps = CounterMetricFamily(p + "decode_steps", "Decode steps by mode", labels=["replica", "mode"])
-    tokens = CounterMetricFamily(
-        p + "generated_tokens",
-        "Tokens decode steps committed, both modes (prefill's first token not)",
-        labels=r_,
-    )
-    timeouts = CounterMetricFamily(
-        p + "control_timeouts", "Replica control calls to the engine that timed out", labels=r_
-    )
-    for r in replicas:
-        e, key = r.engine, [r.replica_id]
-        if e is None:
-            continue
-        graphs.add_metric([r.replica_id, e.off_cuda_graphs_note], 1.0 if e.off_cuda_graphs else 0.0)
-        if e.off_cuda_graphs_bytes is not None:
-            graph_bytes.add_metric(key, e.off_cuda_graphs_bytes)
-        strategy.add_metric(
-            [r.replica_id, e.strategy.value, (e.strategy_configured or e.strategy).value], 1.0
-        )
-        fallback.add_metric(key, 1.0 if e.strategy_fallback else 0.0)
-        toggles.add_metric(key, e.toggles)
-        resyncs.add_metric(key, e.resyncs)
-        timed.add_metric(key, e.resyncs_timed)
-        resync_s.add_metric(key, e.resync_ms_total / 1e3)
-        if e.last_resync_ms is not None:
-            last_resync.add_metric(key, e.last_resync_ms / 1e3)
-        steps.add_metric([r.replica_id, "on"], e.on_steps)
-        steps.add_metric([r.replica_id, "off"], e.off_steps)
-        tokens.add_metric(key, e.generated_tokens)
-        timeouts.add_metric(key, r.control_timeouts)
-    yield from (graphs, graph_bytes, strategy, fallback, toggles, resyncs, timed, resync_s, last_resync)
-    yield from (steps, tokens, timeouts)
+        for row in _FLEET:
+            yield _per_replica(PREFIX + row[0], row, ((r.replica_id, row[4](r)) for r in status.replicas))
+        engines = [(r, r.engine) for r in status.replicas if r.engine is not None]
+        for row in _ENGINE:
+            yield _per_replica(
+                ENGINE_PREFIX + row[0], row, ((r.replica_id, row[4](r, e)) for r, e in engines)
+            )
+        yield _G(PREFIX + "replicas", "Replicas known to the policy", value=len(status.replicas))
+        yield _G(PREFIX + "restarted", "1 if this actor process is a restart", value=float(status.restarted))
 
 
 class PushedFamilies(Collector):

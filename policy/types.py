@@ -221,9 +221,7 @@ class PolicySettings(Settings):
     )
     high: float = Field(default=32.0, description="threshold: turn speculation OFF when load >= high.")
     low: float = Field(default=12.0, description="threshold: turn speculation back ON when load <= low.")
-    dwell_s: float = Field(
-        default=10.0, ge=0, description="Minimum seconds between two flips of one replica."
-    )
+    dwell_s: float = Field(default=10.0, ge=0, description="Minimum seconds between flips of one replica.")
     persist_s: float = Field(
         default=0.0,
         ge=0,

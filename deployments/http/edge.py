@@ -23,7 +23,6 @@ from deployments.http.errors import install_handlers
 from deployments.http.guard import add_guard_and_cors, with_checked_body
 from deployments.http.limits import ModelLimits
 from deployments.http.metrics import RequestCountMiddleware
-from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from deployments.http.routes import ENDPOINTS, install_openapi
 
 __all__ = ["bind_endpoints", "edge_app"]
@@ -45,13 +44,5 @@ def bind_endpoints(app: Any, handlers: Any) -> Any:
     `handlers` (a `ReplicaApi` living in this process). Returns `app`."""
     for name, route in ENDPOINTS.items():
         handler = getattr(handlers, name)
-        model = _BODY_MODELS.get(name)
-        route(app)(handler if model is None else with_checked_body(handler, model))
+        route.register(app)(handler if route.body is None else with_checked_body(handler, route.body))
     return app
-
-
-# the routes whose body the guard checks, and the request model each handler takes
-_BODY_MODELS: dict[str, type[OpenAIRequest]] = {
-    "chat": ChatCompletionRequest,
-    "completions": CompletionRequest,
-}

@@ -39,10 +39,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_SERVED = (
-    "this app serves /v1/chat/completions, /v1/completions and /v1/models (a generative model: no "
-    "embeddings, audio, scoring or tokenizing), and /specflip/status, /specflip/override, /metrics"
-)
 _TYPES = {
     400: "BadRequestError",
     401: "AuthenticationError",
@@ -85,13 +81,8 @@ def error_response(
 def _error_body(
     status: int, message: str, type_: str | None = None, param: str | None = None
 ) -> dict[str, Any]:
-    detail = {
-        "message": message,
-        "type": type_ or _TYPES.get(status, "Error"),
-        "param": param,
-        "code": status,
-    }
-    return {"error": detail}
+    type_ = type_ or _TYPES.get(status, "Error")
+    return {"error": {"message": message, "type": type_, "param": param, "code": status}}
 
 
 def request_id_of(request: Request | None) -> str:
@@ -155,11 +146,19 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(400, f"{where}: {message}"[:500], param=where)
 
 
+def _served() -> str:
+    """What a 404 says the app serves: the routes of `deployments.http.routes.ENDPOINTS`."""
+    from deployments.http.routes import ENDPOINTS  # a cycle at import: routes documents these errors
+
+    paths = ", ".join(route.path.replace(":path", "") for route in ENDPOINTS.values())
+    return f"this app serves {paths} (a generative model: no embeddings, audio, scoring or tokenizing)"
+
+
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     status = getattr(exc, "status_code", 500)
     detail = getattr(exc, "detail", None)
     if status == 404 and detail in (None, "Not Found"):
-        detail = f"{request.method} {request.url.path[:100]} is not served here: {_SERVED}"
+        detail = f"{request.method} {request.url.path[:100]} is not served here: {_served()}"
     elif status == 405:
         detail = f"method {request.method} is not allowed on {request.url.path}"
     headers = getattr(exc, "headers", None)

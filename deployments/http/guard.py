@@ -13,7 +13,7 @@ type the client sent (curl's default form type, `text/plain`), and never seriali
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -24,6 +24,7 @@ from deployments.http.body import Endpoint, Problem, check_request, parse_body
 from deployments.http.errors import error_response
 from deployments.http.limits import ModelLimits, limits_for
 from deployments.http.openai_models import OpenAIRequest
+from deployments.http.routes import ENDPOINTS
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -34,10 +35,10 @@ __all__ = [
 ]
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # without a config; else serve.max_body_bytes
-_ENDPOINTS: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
-_STATE_KEY = (
-    "specflip_request"  # the validated request's key in the ASGI scope's state (Starlette's request.state)
-)
+# the routes whose body is checked here, by path: their endpoint name is their handler's
+_ENDPOINTS = {route.path: cast(Endpoint, name) for name, route in ENDPOINTS.items() if route.body}
+# the validated request's key in the ASGI scope's state (Starlette's request.state)
+_STATE_KEY = "specflip_request"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -63,13 +64,8 @@ class JsonBodyGuard:
         return self._limits
 
     def _check(self, endpoint: Endpoint, body: dict[str, Any]) -> OpenAIRequest | Problem:
-        config = self._config
-        return check_request(
-            endpoint,
-            body,
-            self.limits,
-            model_id=None if config is None else config.model.id,
-        )
+        model_id = None if self._config is None else self._config.model.id
+        return check_request(endpoint, body, self.limits, model_id=model_id)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = None
@@ -137,9 +133,8 @@ def add_guard_and_cors(app: Any, config: SpecFlipConfig, limits: ModelLimits | N
     token authenticates, not cookies), on a FastAPI app that has not started. Any CORS middleware
     the app came with (Ray's, SGLang's: any origin, with credentials) is removed first."""
     app.user_middleware[:] = [m for m in app.user_middleware if m.cls is not CORSMiddleware]
-    app.add_middleware(
-        JsonBodyGuard, config=config, limits=limits
-    )  # raw-body checks before the request models see it
+    # raw-body checks before the request models see it
+    app.add_middleware(JsonBodyGuard, config=config, limits=limits)
     app.add_middleware(
         CORSMiddleware,
         allow_origins=list(config.serve.cors_allow_origins),

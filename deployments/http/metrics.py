@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ray.serve import metrics as serve_metrics
 
 from deployments.http.errors import client_gone
+from deployments.http.routes import ENDPOINTS
 
 if TYPE_CHECKING:
     from deployments.http.request_report import Report
@@ -42,12 +43,9 @@ __all__ = [
 
 PREFIX = "specflip_"
 RAY_PREFIX = "ray_"  # Ray's metrics agent exports every application metric under it
-_ENDPOINTS = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/models",
-    "/specflip/status",
-    "/specflip/override",
+# endpoint labels: the served routes but /metrics (a model's path counts as /v1/models), and three
+# the app does not serve, the 404s clients most often meet
+_ENDPOINTS = tuple(r.path for r in ENDPOINTS.values() if r.path != "/metrics" and "{" not in r.path) + (
     "/tokenize",
     "/detokenize",
     "/v1/embeddings",
@@ -77,72 +75,32 @@ class Family:
     buckets: tuple[float, ...] = ()
 
 
+_E = ("endpoint",)
+# name without PREFIX, kind, tags, buckets, help
+_TABLE: tuple[tuple[str, str, tuple[str, ...], tuple[float, ...], str], ...] = (
+    ("requests", "counter", ("endpoint", "status"), (), "HTTP responses by endpoint and status"),
+    ("request_duration_seconds", "histogram", _E, _LATENCY_BUCKETS,
+     "Successful requests, arrival to last byte"),
+    ("ttft_seconds", "histogram", _E, _LATENCY_BUCKETS,
+     "Streamed requests: time to the first generated chunk"),
+    ("tpot_seconds", "histogram", _E, _TPOT_BUCKETS,
+     "Streamed requests: time per output token after the first"),
+    ("output_tokens", "counter", _E, (), "Completion tokens returned"),
+    ("request_modes", "counter", ("modes",), (),
+     "Chat and completions requests answered, by the speculation modes they ran under"),
+    ("request_accept_length", "histogram", (), _ACCEPT_BUCKETS,
+     "Requests decoded ON throughout: tokens per decode step"),
+    ("streams_windowed", "counter", (), (),
+     "Streams that switched to one packet per stream_batching_interval_ms (the loop ran behind)"),
+    ("served_requests", "counter", ("class", "mode"), (),
+     "Requests this replica took, by request class and its speculation mode when it took them"),
+    ("http_policy_reachable", "gauge", (), (),
+     "1 if the policy actor answered the last status/metrics call of this replica"),
+    ("http_policy_restarts", "gauge", (), (),
+     "Times Ray restarted the policy actor, as of this replica's last status/metrics call"),
+)  # fmt: skip
 FAMILIES = {
-    f.name: f
-    for f in (
-        Family(
-            PREFIX + "requests", "counter", ("endpoint", "status"), "HTTP responses by endpoint and status"
-        ),
-        Family(
-            PREFIX + "request_duration_seconds",
-            "histogram",
-            ("endpoint",),
-            "Successful requests, arrival to last byte",
-            _LATENCY_BUCKETS,
-        ),
-        Family(
-            PREFIX + "ttft_seconds",
-            "histogram",
-            ("endpoint",),
-            "Streamed requests: time to the first generated chunk",
-            _LATENCY_BUCKETS,
-        ),
-        Family(
-            PREFIX + "tpot_seconds",
-            "histogram",
-            ("endpoint",),
-            "Streamed requests: time per output token after the first",
-            _TPOT_BUCKETS,
-        ),
-        Family(PREFIX + "output_tokens", "counter", ("endpoint",), "Completion tokens returned"),
-        Family(
-            PREFIX + "request_modes",
-            "counter",
-            ("modes",),
-            "Chat and completions requests answered, by the speculation modes they ran under",
-        ),
-        Family(
-            PREFIX + "request_accept_length",
-            "histogram",
-            (),
-            "Requests decoded ON throughout: tokens per decode step",
-            _ACCEPT_BUCKETS,
-        ),
-        Family(
-            PREFIX + "streams_windowed",
-            "counter",
-            (),
-            "Streams that switched to one packet per stream_batching_interval_ms (the loop ran behind)",
-        ),
-        Family(
-            PREFIX + "served_requests",
-            "counter",
-            ("class", "mode"),
-            "Requests this replica took, by request class and its speculation mode when it took them",
-        ),
-        Family(
-            PREFIX + "http_policy_reachable",
-            "gauge",
-            (),
-            "1 if the policy actor answered the last status/metrics call of this replica",
-        ),
-        Family(
-            PREFIX + "http_policy_restarts",
-            "gauge",
-            (),
-            "Times Ray restarted the policy actor, as of this replica's last status/metrics call",
-        ),
-    )
+    PREFIX + n: Family(PREFIX + n, kind, tags, help, buckets) for n, kind, tags, buckets, help in _TABLE
 }
 
 
@@ -169,12 +127,11 @@ class _Metric:
     def __init__(self, family: Family) -> None:
         self.family = family
         tags: Any = family.tags  # Ray annotates a 1-tuple; any length is taken
-        if family.kind == "counter":
-            self._metric: Any = serve_metrics.Counter(family.name, family.help, tags)
-        elif family.kind == "gauge":
-            self._metric = serve_metrics.Gauge(family.name, family.help, tags)
+        if family.kind == "histogram":
+            self._metric: Any = serve_metrics.Histogram(family.name, family.help, list(family.buckets), tags)
         else:
-            self._metric = serve_metrics.Histogram(family.name, family.help, list(family.buckets), tags)
+            kind = serve_metrics.Counter if family.kind == "counter" else serve_metrics.Gauge
+            self._metric = kind(family.name, family.help, tags)
 
     def labels(self, *values: str) -> _Series:
         return _Series(self._metric, dict(zip(self.family.tags, values, strict=True)))

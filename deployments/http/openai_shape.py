@@ -1,17 +1,15 @@
-"""Response bodies in OpenAI's schema: the dicts Ray's `SGLangServer` and SGLang's response models
-dump (`model_dump()`, or the JSON of an SSE chunk) turned into what OpenAI's response schema
-allows, for the HTTP edge to send.
+"""Non-streamed answers in OpenAI's schema: the dicts SGLang's response models dump (`model_dump()`)
+turned into what OpenAI's response schema allows (a replica builds its stream chunks in OpenAI's
+shape itself: `deployments.replica.generate`).
 
 What SGLang's models dump and OpenAI's schema does not allow:
 
 - `null` where OpenAI's schema has no null: `message.tool_calls`, `message.role`,
-  `usage.prompt_tokens_details`, a tool call's `index` outside a stream, a stream delta's `role`
-  and `tool_calls`; SGLang's own fields when null (`reasoning_content`, `matched_stop`,
-  `hidden_states`, `token_ids`, `prompt_token_ids`, `meta_info`, `metadata`, `sglext`, ...) are
-  dropped too (they carry nothing);
+  `usage.prompt_tokens_details`, a tool call's `index` (a stream's field); SGLang's own fields when
+  null (`reasoning_content`, `matched_stop`, `hidden_states`, `token_ids`, `prompt_token_ids`,
+  `meta_info`, `metadata`, `sglext`, ...) are dropped too (they carry nothing);
 - fields OpenAI requires that may be missing: `message.refusal` (null: this model does not
-  refuse), `message.content` (null), a choice's `logprobs` (null), a stream choice's
-  `finish_reason` (null until the last chunk), `message.role` ("assistant").
+  refuse), `message.content` (null), a choice's `logprobs` (null), `message.role` ("assistant").
 
 SGLang's fields with a value (`matched_stop`, `reasoning_tokens`, ...) stay: OpenAI's schema
 allows more properties than it names, and clients ignore them. Pure functions: dicts in, new
@@ -22,14 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["shape_chat_chunk", "shape_chat_response", "shape_completion_chunk", "shape_completion_response"]
+__all__ = ["shape_chat_response", "shape_completion_response"]
 
 # properties OpenAI's response schemas make nullable (kept as null); every other null is dropped
 _NULLABLE_RESPONSE = frozenset({"service_tier", "system_fingerprint"})
-_NULLABLE_CHUNK = frozenset({"service_tier", "system_fingerprint", "usage"})
 _NULLABLE_CHOICE = frozenset({"logprobs", "finish_reason"})
 _NULLABLE_MESSAGE = frozenset({"content", "refusal", "audio"})
-_NULLABLE_DELTA = frozenset({"content", "refusal"})
 
 
 def _compact(d: dict[str, Any], nullable: frozenset[str]) -> dict[str, Any]:
@@ -46,23 +42,14 @@ def _usage(usage: Any) -> Any:
     return out
 
 
-def _tool_call(call: Any, *, streamed: bool) -> Any:
+def _tool_call(call: Any) -> Any:
     if not isinstance(call, dict):
         return call
     out = _compact(call, frozenset())
     if isinstance(out.get("function"), dict):
         out["function"] = _compact(out["function"], frozenset())
-    if not streamed:
-        out.pop("index", None)  # a streamed call's position; no field of a message's tool call
+    out.pop("index", None)  # a streamed call's position; no field of a message's tool call
     return out
-
-
-def _tool_calls(message: dict[str, Any], *, streamed: bool) -> None:
-    calls = message.get("tool_calls")
-    if calls:
-        message["tool_calls"] = [_tool_call(c, streamed=streamed) for c in calls]
-    else:
-        message.pop("tool_calls", None)  # OpenAI: absent when there are none, never null or []
 
 
 def _message(message: Any) -> Any:
@@ -72,15 +59,10 @@ def _message(message: Any) -> Any:
     out["role"] = out.get("role") or "assistant"
     out.setdefault("content", None)
     out.setdefault("refusal", None)
-    _tool_calls(out, streamed=False)
-    return out
-
-
-def _delta(delta: Any) -> Any:
-    if not isinstance(delta, dict):
-        return delta
-    out = _compact(delta, _NULLABLE_DELTA)
-    _tool_calls(out, streamed=True)
+    if out.get("tool_calls"):
+        out["tool_calls"] = [_tool_call(c) for c in out["tool_calls"]]
+    else:
+        out.pop("tool_calls", None)  # OpenAI: absent when there are none, never null or []
     return out
 
 
@@ -98,13 +80,6 @@ def _chat_choice(choice: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _chunk_choice(choice: dict[str, Any]) -> dict[str, Any]:
-    out = _compact(choice, _NULLABLE_CHOICE)
-    out.setdefault("finish_reason", None)
-    out["delta"] = _delta(out.get("delta", {}))
-    return out
-
-
 def _text_choice(choice: dict[str, Any]) -> dict[str, Any]:
     out = _compact(choice, _NULLABLE_CHOICE)
     out.setdefault("logprobs", None)
@@ -118,22 +93,8 @@ def shape_chat_response(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def shape_chat_chunk(d: dict[str, Any]) -> dict[str, Any]:
-    """A chat stream chunk (`object: chat.completion.chunk`, the final usage chunk included)."""
-    out = _compact(d, _NULLABLE_CHUNK)
-    _choices(out, _chunk_choice)
-    return out
-
-
 def shape_completion_response(d: dict[str, Any]) -> dict[str, Any]:
     """A completion (`object: text_completion`) as OpenAI's schema has it."""
     out = _compact(d, _NULLABLE_RESPONSE)
     _choices(out, _text_choice)
-    return out
-
-
-def shape_completion_chunk(d: dict[str, Any]) -> dict[str, Any]:
-    """A completions stream chunk: OpenAI streams the completion object itself, chunk by chunk."""
-    out = _compact(d, _NULLABLE_CHUNK)
-    _choices(out, lambda c: {**_text_choice(c), "finish_reason": c.get("finish_reason")})
     return out

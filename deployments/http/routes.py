@@ -14,14 +14,14 @@ OpenAI's own schema of it as `x-openai`, and SGLang's extras are marked `x-sglan
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from deployments.http.control import OverrideRequest
 from deployments.http.errors import ErrorResponse
 from deployments.http.openai_models import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from deployments.ray_compat import ChatCompletionResponse, CompletionResponse, ModelCard, ModelList
 
-__all__ = ["ENDPOINTS", "REQUEST_BODIES", "install_openapi", "request_schema"]
+__all__ = ["ENDPOINTS", "REQUEST_BODIES", "Route", "install_openapi", "request_schema"]
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -65,42 +65,51 @@ _OVERRIDE_BODY = {
         "content": {"application/json": {"schema": OverrideRequest.model_json_schema()}},
     }
 }
-_Responses = dict[int | str, dict[str, Any]]
-_STATUS_200: _Responses = {
-    200: {"description": "Fleet status", "content": {"application/json": {"schema": {"type": "object"}}}}
-}
-_METRICS_200: _Responses = {
-    200: {"description": "Prometheus text", "content": {"text/plain": {"schema": {"type": "string"}}}}
-}
-_OVERRIDE_200: _Responses = {
-    200: {
-        "description": "The replicas overridden",
-        "content": {"application/json": {"schema": {"type": "object"}}},
-    }
-}
 
-ENDPOINTS: dict[str, Callable[[Any], Any]] = {
-    "models": lambda app: app.get("/v1/models", response_model=ModelList),
-    "model_data": lambda app: app.get(
-        "/v1/models/{model:path}", response_model=ModelCard, responses=_errors(404, 500)
+
+def _ok(description: str, media: str = "application/json", kind: str = "object") -> dict[int | str, Any]:
+    return {200: {"description": description, "content": {media: {"schema": {"type": kind}}}}}
+
+
+class Route:
+    """One served route: its method and path, FastAPI's route keywords (what the OpenAPI document
+    says of it), and for chat and completions the request model the body guard validates it into."""
+
+    def __init__(self, method: str, path: str, body: type[OpenAIRequest] | None = None, **options: Any):
+        self.method, self.path, self.body, self.options = method, path, body, options
+
+    def register(self, app: Any) -> Callable[[Any], Any]:
+        """FastAPI's decorator registering a handler for this route on `app`."""
+        return cast(Callable[[Any], Any], getattr(app, self.method)(self.path, **self.options))
+
+
+# every route the app serves, by the name of the ReplicaApi method handling it: the one list
+# (the 404's text, the guard's routes and the metrics' endpoint labels are taken from it)
+_OVERRIDE_ERRORS = _errors(401, 403, 404, 422, 429, 503)
+ENDPOINTS = {
+    "models": Route("get", "/v1/models", response_model=ModelList),
+    "model_data": Route(
+        "get", "/v1/models/{model:path}", response_model=ModelCard, responses=_errors(404, 500)
     ),
-    "completions": lambda app: app.post("/v1/completions", responses=_generation(CompletionResponse)),
-    "chat": lambda app: app.post("/v1/chat/completions", responses=_generation(ChatCompletionResponse)),
-    "specflip_status": lambda app: app.get("/specflip/status", responses={**_STATUS_200, **_errors(503)}),
-    "specflip_override": lambda app: app.post(
+    "completions": Route(
+        "post", "/v1/completions", CompletionRequest, responses=_generation(CompletionResponse)
+    ),
+    "chat": Route(
+        "post", "/v1/chat/completions", ChatCompletionRequest, responses=_generation(ChatCompletionResponse)
+    ),
+    "specflip_status": Route("get", "/specflip/status", responses={**_ok("Fleet status"), **_errors(503)}),
+    "specflip_override": Route(
+        "post",
         "/specflip/override",
-        responses={**_OVERRIDE_200, **_errors(401, 403, 404, 422, 429, 503)},
+        responses={**_ok("The replicas overridden"), **_OVERRIDE_ERRORS},
         openapi_extra=_OVERRIDE_BODY,
     ),
-    "prometheus_metrics": lambda app: app.get("/metrics", responses=_METRICS_200),
+    "prometheus_metrics": Route("get", "/metrics", responses=_ok("Prometheus text", "text/plain", "string")),
 }
 
-_ANSWERS_422 = {"/specflip/override"}
+_ANSWERS_422 = {r.path for r in ENDPOINTS.values() if 422 in r.options.get("responses", {})}
 # request bodies the body guard validates: their schema is the request model's (what the app serves)
-REQUEST_BODIES: dict[str, tuple[str, type[OpenAIRequest]]] = {
-    "/v1/chat/completions": ("SpecflipChatCompletionRequest", ChatCompletionRequest),
-    "/v1/completions": ("SpecflipCompletionRequest", CompletionRequest),
-}
+REQUEST_BODIES = {r.path: r.body for r in ENDPOINTS.values() if r.body is not None}
 _COMPONENTS = "#/components/schemas/"
 
 
@@ -124,13 +133,14 @@ def install_openapi(app: Any) -> None:
                     if path not in _ANSWERS_422:
                         operation.get("responses", {}).pop("422", None)
                     if path in REQUEST_BODIES:  # the route takes the guard's validated model
-                        name, model = REQUEST_BODIES[path]
+                        model = REQUEST_BODIES[path]
+                        name = "Specflip" + model.__name__  # not the name of Ray's model of it
                         components[name], parts = request_schema(model)
                         clash = sorted(k for k in parts if components.get(k, parts[k]) != parts[k])
                         if clash:  # a response model of Ray's with a request part's name
                             raise RuntimeError(f"OpenAPI component names taken twice: {clash}")
                         components.update(parts)
-                        ref = {"$ref": f"#/components/schemas/{name}"}
+                        ref = {"$ref": _COMPONENTS + name}
                         operation["requestBody"] = {
                             "required": True,
                             "content": {"application/json": {"schema": ref}},
@@ -145,16 +155,16 @@ def install_openapi(app: Any) -> None:
 def _drop_unreferenced(schema: dict[str, Any]) -> None:
     """Remove component schemas nothing refers to any more (the request models' own)."""
     components = schema.get("components", {}).get("schemas", {})
-    prefix = "#/components/schemas/"
     seen: set[str] = set()
     stack: list[Any] = [schema.get("paths", {})]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
             ref = item.get("$ref")
-            if isinstance(ref, str) and ref.startswith(prefix) and ref[len(prefix) :] not in seen:
-                seen.add(ref[len(prefix) :])
-                stack.append(components.get(ref[len(prefix) :]))
+            name = ref[len(_COMPONENTS) :] if isinstance(ref, str) and ref.startswith(_COMPONENTS) else None
+            if name is not None and name not in seen:
+                seen.add(name)
+                stack.append(components.get(name))
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)

@@ -45,8 +45,10 @@ __all__ = [
     "LauncherError",
     "Variant",
     "VariantSpec",
+    "fleet_ready",
     "parse_variant_configs",
     "process_group_alive",
+    "wait_for_override",
 ]
 
 
@@ -119,12 +121,61 @@ def parse_variant_configs(
     return specs
 
 
+def fleet_ready(client: SpecflipClient) -> tuple[bool, str]:
+    """Whether every replica the app was deployed with reports to the policy (an app without
+    the specflip status API counts as ready once it answers), and a note on what is missing.
+    Serve answers /v1/models as soon as one replica is up; an override sent before the
+    replicas register would miss them."""
+    doc = client.status()
+    if doc is None:
+        return True, "no specflip status API"
+    live = [d for d in doc.get("replicas") or [] if not d.get("stale")]
+    expected = doc.get("expected_replicas") or 1
+    return len(live) >= expected, f"{len(live)}/{expected} replicas reporting"
+
+
+def wait_for_override(
+    client: SpecflipClient,
+    mode: str,
+    timeout: float = 60.0,
+    flip_timeout: float = 10.0,
+    log: Callable[[str], None] = print,
+) -> None:
+    """Block until every replica reports the override; then, for on/off, wait a little for
+    the replicas to run in that mode (an idle engine may flip only at its next iteration,
+    so that part only logs when it does not happen)."""
+    t0 = time.time()
+    while True:
+        doc = client.status()
+        if doc is None:
+            raise ControlError("the app has no /specflip/status: it cannot be switched by override")
+        last = list(doc.get("replicas") or [])
+        if last and all(r.get("override") == mode for r in last):
+            break
+        if time.time() - t0 > timeout:
+            state = ", ".join(f"{r['replica_id']}:override={r.get('override')}" for r in last)
+            raise ControlError(f"replicas did not take override={mode} within {timeout:.0f}s ({state})")
+        time.sleep(0.25)
+    if mode == "auto":
+        return
+    while not all(r.get("mode") == mode for r in last):
+        if time.time() - t0 > timeout + flip_timeout:
+            state = " ".join(f"{r['replica_id']}:{r.get('mode')}" for r in last)
+            log(
+                f"[launch] note: override={mode} set, replicas not flipped yet ({state}); "
+                "they flip at their next iteration, inside the warm-up"
+            )
+            return
+        time.sleep(0.25)
+        last = client.replicas() or last
+
+
 def _apply_override(client: SpecflipClient, spec: VariantSpec, log: Callable[[str], None]) -> None:
     if spec.override is None:
         return
     log(f"[launch] variant={spec.variant.value} override={spec.override} for all replicas")
     client.override(spec.override)
-    client.wait_for_override(spec.override, log=log)
+    wait_for_override(client, spec.override, log=log)
 
 
 class ExternalApp:
@@ -300,7 +351,7 @@ class CommandLauncher:
             try:
                 if client.models():
                     note = f"waiting for {self.url}/specflip/status"
-                    ready, note = client.fleet_ready()
+                    ready, note = fleet_ready(client)
                     if ready:
                         self.log(
                             f"[launch] variant={spec.variant.value} ready at {self.url} in {time.time() - t0:.0f}s"

@@ -1,5 +1,5 @@
-"""Response bodies turned into OpenAI's schema (deployments.http.openai_shape): what SGLang's response
-models and Ray's SGLangServer dump, checked against OpenAI's response schemas written here from
+"""Non-streamed answers turned into OpenAI's schema (deployments.http.openai_shape): what SGLang's
+response models dump, checked against OpenAI's response schemas written here from
 its API reference's field lists (required, nullable, enums), before and after shaping."""
 
 from __future__ import annotations
@@ -13,14 +13,11 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from sglang.srt.entrypoints.openai.protocol import (
     ChatCompletionResponse,
-    ChatCompletionStreamResponse,
     CompletionResponse,
 )
 
 from deployments.http.openai_shape import (
-    shape_chat_chunk,
     shape_chat_response,
-    shape_completion_chunk,
     shape_completion_response,
 )
 from deployments.http.structured import tool_call, tool_call_message
@@ -127,43 +124,9 @@ CHAT = _schema(
     {"usage": USAGE, **_TOP_OPTIONAL},
     {"service_tier"},
 )
-STREAMED_CALL = Object(
-    {
-        "index": Prop(Integer(), required=True),
-        "id": Prop(Text()),
-        "type": Prop(Text(enum=("function",))),
-        "function": Prop(Object({"name": Prop(Text()), "arguments": Prop(Text())})),
-    }
-)
-DELTA = _schema(
-    {},
-    {
-        "role": Text(enum=("developer", "system", "user", "assistant", "tool")),
-        "content": Text(),
-        "refusal": Text(),
-        "tool_calls": Array(STREAMED_CALL),
-        "function_call": _OPEN,
-    },
-    {"content", "refusal"},
-)
-CHUNK = _schema(
-    {
-        **_TOP,
-        "object": Text(enum=("chat.completion.chunk",)),
-        "choices": Array(
-            _schema(
-                {"index": Integer(), "delta": DELTA, "finish_reason": _FINISH},
-                {"logprobs": _OPEN},
-                {"finish_reason", "logprobs"},
-            )
-        ),
-    },
-    {"usage": USAGE, **_TOP_OPTIONAL},
-    {"usage", "service_tier"},
-)
 
 
-def _completion(finish_nullable: bool) -> Node:
+def _completion() -> Node:
     choice = _schema(
         {
             "index": Integer(),
@@ -172,16 +135,16 @@ def _completion(finish_nullable: bool) -> Node:
             "finish_reason": Text(enum=("stop", "length", "content_filter")),
         },
         {},
-        {"logprobs", "finish_reason"} if finish_nullable else {"logprobs"},
+        {"logprobs"},
     )
     return _schema(
         {**_TOP, "object": Text(enum=("text_completion",)), "choices": Array(choice)},
         {"usage": USAGE, "system_fingerprint": Text()},
-        {"usage"} if finish_nullable else set(),
+        set(),
     )
 
 
-COMPLETION, COMPLETION_CHUNK = _completion(False), _completion(True)
+COMPLETION = _completion()
 
 
 def _valid(schema: Node, body: dict[str, Any]) -> str | None:
@@ -205,50 +168,17 @@ TOOL_ANSWER = ChatCompletionResponse(
     choices=[{"index": 0, "message": _calls_message, "finish_reason": "tool_calls"}],
     usage={**_USAGE, "prompt_tokens_details": {"cached_tokens": 2}},
 ).model_dump()
-RAY_CHUNK = {  # SGLangServer._build_sse_chunk's first chunk
-    "id": "c",
-    "object": "chat.completion.chunk",
-    "created": 1,
-    "model": "m",
-    "choices": [{"index": 0, "delta": {"content": "h", "role": "assistant"}, "finish_reason": None}],
-}
-SGLANG_CHUNK = ChatCompletionStreamResponse(
-    id="d", model="m", choices=[{"index": 0, "delta": {"content": "i"}, "finish_reason": "stop"}]
-).model_dump()
-USAGE_CHUNK = ChatCompletionStreamResponse(id="e", model="m", choices=[], usage=_USAGE).model_dump()
-TOOL_CHUNK = {
-    **RAY_CHUNK,
-    "choices": [
-        {
-            "index": 0,
-            "delta": {**_calls_message, "tool_calls": [{**tool_call("f", "{}"), "index": 0}]},
-            "finish_reason": None,
-        }
-    ],
-}
 TEXT_COMPLETION = CompletionResponse(
     id="f",
     model="m",
     choices=[{"index": 0, "text": "x", "logprobs": None, "finish_reason": "length"}],
     usage=_USAGE,
 ).model_dump()
-RAY_TEXT_CHUNK = {
-    "id": "g",
-    "object": "text_completion",
-    "created": 1,
-    "model": "m",
-    "choices": [{"index": 1, "text": "y", "logprobs": None, "finish_reason": None}],
-}
 
 CASES = [
     ("a text answer", shape_chat_response, CHAT, TEXT_ANSWER),
     ("a tool-call answer", shape_chat_response, CHAT, TOOL_ANSWER),
-    ("Ray's first stream chunk", shape_chat_chunk, CHUNK, RAY_CHUNK),
-    ("SGLang's stream chunk", shape_chat_chunk, CHUNK, SGLANG_CHUNK),
-    ("the usage chunk", shape_chat_chunk, CHUNK, USAGE_CHUNK),
-    ("a streamed tool call", shape_chat_chunk, CHUNK, TOOL_CHUNK),
     ("a completion", shape_completion_response, COMPLETION, TEXT_COMPLETION),
-    ("a completion stream chunk", shape_completion_chunk, COMPLETION_CHUNK, RAY_TEXT_CHUNK),
 ]
 
 
@@ -270,8 +200,6 @@ def test_shaped_bodies_are_valid_against_openais_response_schema(
             None,
         ),  # null, where OpenAI has an array or nothing
         (TOOL_ANSWER, ("choices", 0, "message", "refusal"), "absent"),  # required (nullable)
-        (SGLANG_CHUNK, ("choices", 0, "delta", "role"), None),
-        (USAGE_CHUNK, ("usage", "prompt_tokens_details"), None),
         (TEXT_COMPLETION, ("choices", 0, "matched_stop"), None),
     ],
 )
@@ -280,9 +208,7 @@ def test_what_sglang_dumps_is_not_valid_unshaped(
 ) -> None:
     """The deviations issue 20 found (what shaping fixes): each is in the dump, and the dump
     fails OpenAI's schema."""
-    schema = {"chat.completion": CHAT, "chat.completion.chunk": CHUNK, "text_completion": COMPLETION}[
-        dumped["object"]
-    ]
+    schema = {"chat.completion": CHAT, "text_completion": COMPLETION}[dumped["object"]]
     holder: Any = dumped
     for key in where[:-1]:
         holder = holder[key]
@@ -303,6 +229,3 @@ def test_shaping_keeps_values_and_adds_only_what_openai_requires() -> None:
     assert "index" not in message["tool_calls"][0]  # a stream's field
     assert shaped["usage"]["prompt_tokens_details"] == {"cached_tokens": 2}
     assert shaped["choices"][0]["logprobs"] is None and shaped["choices"][0]["finish_reason"] == "tool_calls"
-    chunk = shape_chat_chunk(TOOL_CHUNK)["choices"][0]["delta"]
-    assert chunk["tool_calls"][0]["index"] == 0  # kept in a stream
-    assert shape_chat_chunk(USAGE_CHUNK)["choices"] == []

@@ -23,6 +23,7 @@ from loadtests.sweep.launcher import (
     VariantSpec,
     parse_variant_configs,
     process_group_alive,
+    wait_for_override,
 )
 from tests.loadtests.conftest import TOKEN
 
@@ -44,7 +45,7 @@ def test_status_and_override_round_trip(standin: Callable[..., str]) -> None:
     with pytest.raises(ControlError, match="400"):
         client.override("sideways")
     client.override("off")
-    client.wait_for_override("off", timeout=5)
+    wait_for_override(client, "off", timeout=5)
     after = client.replicas()
     assert {(r["mode"], r["override"]) for r in after} == {("off", "off")}
     client.override("on", replica_id="r1")
