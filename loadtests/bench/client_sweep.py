@@ -47,14 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.bench.app_session import APP_VARIANTS, AppSession, log
-from loadtests.metrics import percentile
+from loadtests.bench.sglang_bench import SglangClient, chunk_gaps, gap_ms, ms
 
 __all__ = [
     "APP_VARIANTS",
     "CSV_FIRST",
-    "SglangClient",
     "SweepRun",
-    "chunk_gaps",
     "draw_modes",
     "main",
     "rotated",
@@ -109,33 +107,6 @@ class SweepRun:
     engine_running: float | None  # mean running batch over the run (the engine's decode lines)
     engine_queued: float | None  # mean requests waiting for a prefill (the same lines)
     started: float  # epoch seconds
-
-
-class SglangClient:
-    """`sglang.benchmark.serving` imported once; `run(...)` is one benchmark run, its result dict."""
-
-    def __init__(self) -> None:
-        # offline: the client asks the hub about the served model id (a chat-template check), and each
-        # of its retries waits; with no network that alone cost ~45 s per run
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import sglang.benchmark.serving as bench  # the tooling's client, not the product's engine
-
-        self._bench = bench
-        captured: list[argparse.Namespace] = []
-        real = bench.run_benchmark
-        bench.run_benchmark = captured.append  # cli_main parses, then hands us its Namespace
-        argv = sys.argv
-        try:
-            sys.argv = ["sglang.benchmark.serving", "--backend", "sglang-oai", "--dataset-name", "random-ids"]
-            bench.cli_main()
-        finally:
-            sys.argv, bench.run_benchmark = argv, real
-        self._defaults = captured[0]
-
-    def run(self, **overrides: Any) -> dict[str, Any]:
-        args = argparse.Namespace(**{**vars(self._defaults), **overrides})
-        result = self._bench.run_benchmark(args)
-        return dict(result or {})
 
 
 def _flips(samples: list[Any]) -> int:
@@ -212,11 +183,11 @@ class Sweep:
         run = SweepRun(
             shape=a.shape, variant=variant, concurrency=c, repeat=k,
             output_tok_s=round(float(result.get("output_throughput") or 0.0), 1),
-            ttft_p50_ms=_ms(result, "median_ttft_ms"), tpot_p50_ms=_ms(result, "median_tpot_ms"),
+            ttft_p50_ms=ms(result, "median_ttft_ms"), tpot_p50_ms=ms(result, "median_tpot_ms"),
             flips=_flips(samples) if poller is not None else None,
-            ttft_p99_ms=_ms(result, "p99_ttft_ms"), tpot_p99_ms=_ms(result, "p99_tpot_ms"),
-            itl_p50_ms=_ms(result, "median_itl_ms"), itl_p99_ms=_ms(result, "p99_itl_ms"),
-            chunk_itl_p50_ms=_gap_ms(gaps, 50), chunk_itl_p99_ms=_gap_ms(gaps, 99),
+            ttft_p99_ms=ms(result, "p99_ttft_ms"), tpot_p99_ms=ms(result, "p99_tpot_ms"),
+            itl_p50_ms=ms(result, "median_itl_ms"), itl_p99_ms=ms(result, "p99_itl_ms"),
+            chunk_itl_p50_ms=gap_ms(gaps, 50), chunk_itl_p99_ms=gap_ms(gaps, 99),
             duration_s=round(duration, 2), prompts=n, completed=int(result.get("completed") or 0),
             output_tokens=int(result.get("total_output_tokens") or 0),
             engine_tok_s=None if engine is None else round(engine, 1),
@@ -371,29 +342,6 @@ def plot_modes(status_csv: Path, png: Path) -> None:
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
-
-
-def _ms(result: dict[str, Any], key: str) -> float | None:
-    v = result.get(key)
-    return None if v is None else round(float(v), 2)
-
-
-def chunk_gaps(result: dict[str, Any]) -> list[float]:
-    """The gaps (seconds) between streamed chunks that carried text, over the run's successful requests:
-    SGLang's per-request `itls` (in its result whether or not `--output-details` is set), undivided.
-    A request's first chunk is its TTFT, not a gap. SGLang's own ITL leaves failed requests out too."""
-    errors = result.get("errors") or []
-    return [
-        gap
-        for i, gaps in enumerate(result.get("itls") or [])
-        if i >= len(errors) or not errors[i]
-        for gap in gaps
-    ]
-
-
-def _gap_ms(gaps: list[float], p: float) -> float | None:
-    v = percentile(gaps, p)
-    return None if v is None else round(v * 1000, 2)
 
 
 def _round(v: float | None) -> float | None:

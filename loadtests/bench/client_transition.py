@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.bench.app_session import app_variants, log
-from loadtests.bench.client_sweep import SglangClient, draw_modes
+from loadtests.bench.client_sweep import draw_modes
+from loadtests.bench.sglang_bench import SglangClient, ms
 
 __all__ = ["TRANSITION_FIRST", "Phase", "PhaseRun", "goodput_count", "main", "parse_phases"]
 
@@ -104,11 +105,6 @@ def goodput_count(result: dict[str, Any], slo_ttft_ms: float, slo_tpot_ms: float
     return ok
 
 
-def _ms(result: dict[str, Any], key: str) -> float | None:
-    v = result.get(key)
-    return None if v is None else round(float(v), 2)
-
-
 def run_variant(args: argparse.Namespace, client: SglangClient, served: Any, out: Path) -> list[PhaseRun]:
     from loadtests.sweep.control import StatusPoller, on_fraction
 
@@ -133,10 +129,10 @@ def run_variant(args: argparse.Namespace, client: SglangClient, served: Any, out
             run = PhaseRun(
                 workload=args.workload, variant=served.variant, phase=i, load=ph.load,
                 output_tokens=int(result.get("total_output_tokens") or 0), duration_s=round(duration, 2),
-                tpot_p50_ms=_ms(result, "median_tpot_ms"), ttft_p99_ms=_ms(result, "p99_ttft_ms"),
+                tpot_p50_ms=ms(result, "median_tpot_ms"), ttft_p99_ms=ms(result, "p99_ttft_ms"),
                 goodput_rps=round(good / duration, 3) if duration > 0 else 0.0,
                 output_tok_s=round(float(result.get("output_throughput") or 0.0), 1),
-                ttft_p50_ms=_ms(result, "median_ttft_ms"), tpot_p99_ms=_ms(result, "p99_tpot_ms"),
+                ttft_p50_ms=ms(result, "median_ttft_ms"), tpot_p99_ms=ms(result, "p99_tpot_ms"),
                 completed=int(result.get("completed") or 0), prompts=ph.prompts, good_requests=good,
                 flips=sum(max(v) - v[0] for v in flips.values()),
                 on_fraction=None if not mine else round(on_fraction(mine) or 0.0, 3), started=round(started, 3),
