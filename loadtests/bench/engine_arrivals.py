@@ -18,7 +18,11 @@ level's wall time, ramp-up and tail included (the first H200 run of this bench r
 its batch averaged 164 at c=256, so it said little about a held batch). Each engine gets the config's engine arguments (`deployments.replica.engine.engine_kwargs`,
 `replicas.env` set first); plain drops every `speculative_*` argument, as `loadtests.rawvsapp.raw_sglang`
 does. Greedy outputs are compared with the plain engine's: token-identical in fp32 on CPU; in bf16
-a near-tie can differ (counted, not failed). Writes results.json and report.md to --out.
+a near-tie can differ (counted, not failed). TTFT comes with its parts, from SGLang's own request
+timestamps (every engine runs with `enable_metrics`, each in its own process): to the forward batch,
+SGLang's `prefill_forward` stage (until the scheduler processed the prefill's result) and the way out;
+at one user they say whether a first token waits in the scheduler or on its way. Writes results.json
+and report.md to --out.
 """
 
 from __future__ import annotations
@@ -37,12 +41,15 @@ from loadtests.bench.inprocess import (
     write_outputs,
 )
 
-__all__ = ["VARIANTS", "WARMUP_TOKENS", "main"]
+__all__ = ["TTFT_PARTS", "VARIANTS", "WARMUP_TOKENS", "main"]
 
 # specflip variants share one engine; off_draft_prefill = warm_kv with upstream's draft forward at every
 # prefill (OffPrefill.DRAFT_FORWARD: how OFF prefilled before the OFF prefill wrote the draft K/V itself)
 VARIANTS = ("plain", "on", "off_warm_kv", "off_draft_prefill", "off_cold")
 WARMUP_TOKENS = 16  # per request of a level's warm-up (one request per user, before the level)
+# TTFT's parts (inprocess.Stream.ttft_parts_s), from SGLang's request timestamps (engines run with
+# enable_metrics, the same for every variant): to the forward batch, SGLang's prefill_forward stage, out
+TTFT_PARTS = ("to_forward", "prefill_forward", "out")
 
 
 def log(msg: str) -> None:
@@ -58,10 +65,19 @@ def _level(engine: Any, requests: list[tuple[list[int], int]], users: int, settl
     tokens = sum(len(o) for o in run.outputs)
     w0, w1 = run.started + settle_s, run.drained
     steady = run.tokens_between(w0, w1) / (w1 - w0) if w1 > w0 else None
-    ttfts = sorted(1e3 * s.ttft_s for s in run.streams if s.ttft_s is not None and w0 <= s.sent < w1)
+    window = [s for s in run.streams if s.ttft_s is not None and w0 <= s.sent < w1]
+    ttfts = sorted(1e3 * s.ttft_s for s in window)  # type: ignore[operator]
+    parts = [p for p in (s.ttft_parts_s for s in window) if p is not None]
     return {
         "ttft_p50_ms": round(ttfts[len(ttfts) // 2], 2) if ttfts else None,
         "ttft_p99_ms": round(ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))], 2) if ttfts else None,
+        # p50 of each TTFT part (inprocess.Stream.ttft_parts_s): where a first token's time goes
+        "ttft_parts_p50_ms": {
+            name: round(1e3 * sorted(p[i] for p in parts)[len(parts) // 2], 2)
+            for i, name in enumerate(TTFT_PARTS)
+        }
+        if parts
+        else None,
         "tokens": tokens,
         "seconds": round(seconds, 3),
         "tok_s": round(tokens / seconds, 1),
@@ -71,12 +87,31 @@ def _level(engine: Any, requests: list[tuple[list[int], int]], users: int, settl
     }
 
 
+def _in_own_process(kind: str, config_path: str, *args: Any) -> Any:
+    """Run one engine's levels in a fresh process (`_engine_levels`): each engine runs with SGLang's
+    metrics on, which register in the process that starts the engine (Prometheus collectors and their
+    multiprocess folder, removed at shutdown), so a second engine in one process fails to start."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_engine_levels, kind, config_path, *args).result()
+
+
+def _engine_levels(kind: str, config_path: str, *args: Any) -> Any:
+    from deployments.config import load_config
+
+    config = load_config(config_path)
+    prepare_process(config)
+    return _run_plain(config, *args) if kind == "plain" else _run_specflip(config, *args)
+
+
 def _run_plain(
     config: Any, levels: dict[int, list[tuple[list[int], int]]], settle_s: float
 ) -> dict[int, dict[str, Any]]:
     import sglang
 
-    engine = sglang.Engine(**in_process_kwargs(config, speculative=False))
+    engine = sglang.Engine(**in_process_kwargs(config, speculative=False), enable_metrics=True)
     try:
         out = {}
         for c, requests in levels.items():
@@ -98,7 +133,7 @@ def _run_specflip(
 
     s = config.speculation
     switch = SwitchConfig(strategy=s.strategy, start_enabled=True, allow_cold=True)
-    engine = SpecFlipEngine(switch=switch, **in_process_kwargs(config, speculative=True))
+    engine = SpecFlipEngine(switch=switch, **in_process_kwargs(config, speculative=True), enable_metrics=True)
     out: dict[str, dict[int, dict[str, Any]]] = {}
     try:
         for variant in variants:
@@ -157,7 +192,9 @@ def _report(results: dict[str, Any]) -> str:
         "and tail included); x = over the plain engine at the same level; identical = requests whose "
         "output equals the plain engine's, token for token; step = the engine's mean steady decode step "
         "(steps right after a prefill left out) and its mean batch; TTFT p50 of the requests sent in the "
-        "steady window.",
+        "steady window, and in brackets the p50 of each of its parts (ms): to the forward batch, SGLang's "
+        "prefill_forward stage (forward entry until the scheduler processed the prefill's result), out "
+        "(from there to the first streamed chunk here).",
         "",
         header,
         "|---:|" + "---|" * len(variants),
@@ -178,6 +215,8 @@ def _report(results: dict[str, Any]) -> str:
                 cell += f"; step {r['decode_step_ms']:.2f} ms at batch {r['decode_batch']:.0f}"
             if r.get("ttft_p50_ms") is not None:
                 cell += f"; TTFT p50 {r['ttft_p50_ms']:.0f} ms"
+            if r.get("ttft_parts_p50_ms"):
+                cell += " (" + " + ".join(f"{k} {v:.1f}" for k, v in r["ttft_parts_p50_ms"].items()) + ")"
             cells.append(cell)
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -213,11 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     if "plain" in variants:
         log("plain engine: starting")
-        runs["plain"] = _run_plain(config, levels, a.settle)
+        runs["plain"] = _in_own_process("plain", str(a.config), levels, a.settle)
     spec = [v for v in VARIANTS if v in variants and v != "plain"]
     if spec:
         log(f"specflip engine: starting ({', '.join(spec)})")
-        runs.update(_run_specflip(config, levels, spec, a.settle))
+        runs.update(_in_own_process("specflip", str(a.config), levels, spec, a.settle))
     plain_outputs = {c: r["outputs"] for c, r in runs.get("plain", {}).items()}
     for variant, by_c in runs.items():
         for c, r in by_c.items():

@@ -89,15 +89,32 @@ def closed_loop(engine: Any, requests: list[Request], users: int) -> tuple[list[
 
 @dataclass
 class Stream:
-    """One streamed request: when it was sent, and (arrival time, new tokens) of each chunk."""
+    """One streamed request: when it was sent, and (arrival time, new tokens) of each chunk.
+
+    `stages` (wall-clock seconds, from an engine started with `enable_metrics`): when the request was
+    sent, when the scheduler put it into a forward batch (SGLang's `forward_entry_time`), when it
+    processed the prefill's result (`prefill_finished_time`), and when its first chunk arrived here.
+    """
 
     sent: float
     request: int = 0  # its index in the request list
     chunks: list[tuple[float, int]] = field(default_factory=list)
+    stages: tuple[float, float, float, float] | None = None
 
     @property
     def ttft_s(self) -> float | None:
         return self.chunks[0][0] - self.sent if self.chunks else None
+
+    @property
+    def ttft_parts_s(self) -> tuple[float, float, float] | None:
+        """TTFT in three parts: to the forward batch (the way in and the wait queue), SGLang's
+        `prefill_forward` stage (the prefill's launch and run, and the scheduler's work until it
+        processes the result, the next batch's launch included under the overlap scheduler), and the
+        way out (result processing after that, detokenizer, the engine's output loop)."""
+        if self.stages is None:
+            return None
+        sent, forward, prefilled, first = self.stages
+        return forward - sent, prefilled - forward, first - prefilled
 
 
 @dataclass
@@ -131,6 +148,7 @@ async def _drive_streamed(
             sent[0] += 1
             ids, n = requests[k % len(requests)]
             stream = Stream(time.perf_counter(), k % len(requests))
+            sent_wall = time.time()
             run.streams.append(stream)
             run.outputs.append([])
             slot = len(run.outputs) - 1
@@ -142,6 +160,8 @@ async def _drive_streamed(
             ):
                 got = len(chunk["output_ids"])  # cumulative (SGLang's default, non-incremental streaming)
                 stream.chunks.append((time.perf_counter(), got - seen))
+                if last is None:
+                    stream.stages = _stages(sent_wall, chunk.get("meta_info", {}))
                 seen, last = got, chunk
             run.outputs[slot] = list(last["output_ids"]) if last is not None else []
 
@@ -162,6 +182,13 @@ async def _drive_streamed(
         run.streams = [st for st, _ in by_request]
         run.outputs = [o for _, o in by_request]
     return run
+
+
+def _stages(sent_wall: float, meta: dict[str, Any]) -> tuple[float, float, float, float] | None:
+    forward, prefilled = meta.get("forward_entry_time"), meta.get("prefill_finished_time")
+    if not forward or not prefilled:  # an engine without enable_metrics reports neither
+        return None
+    return sent_wall, float(forward), float(prefilled), time.time()
 
 
 def streamed(

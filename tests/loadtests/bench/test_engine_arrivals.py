@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.bench.engine_arrivals import WARMUP_TOKENS
-from loadtests.bench.inprocess import make_requests
+from loadtests.bench.engine_arrivals import TTFT_PARTS, WARMUP_TOKENS
+from loadtests.bench.inprocess import Stream, make_requests
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -26,6 +26,14 @@ def test_requests_are_the_same_for_every_engine_and_span_the_output_range() -> N
     assert len(a) == 12 and all(len(ids) == 16 and min(ids) >= 10 and max(ids) < 1000 for ids, _ in a)
     assert all(10 <= n <= 30 for _, n in a) and len({n for _, n in a}) > 1
     assert make_requests(8, 3, 16, 20, 0.5, 1000) != a  # another level, other requests
+
+
+def test_ttft_parts_split_a_first_token_at_sglangs_stage_times() -> None:
+    s = Stream(
+        sent=100.0, stages=(1000.0, 1000.002, 1000.010, 1000.011)
+    )  # wall clock: sent, forward, prefilled, first
+    assert s.ttft_parts_s == pytest.approx((0.002, 0.008, 0.001))
+    assert Stream(sent=100.0).ttft_parts_s is None  # an engine without metrics reports no stage times
 
 
 def test_engine_arrivals_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path, model_pair) -> None:  # noqa: ANN001
@@ -49,6 +57,12 @@ def test_engine_arrivals_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path, mo
             assert 0 < r["steady_s"] < r["seconds"] and r["steady_tok_s"] > 0, (variant, c, r)
             assert r["steady_tok_s"] * r["steady_s"] < r["tokens"], (variant, c, r)
             assert 0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"], (variant, c, r)  # of the requests sent in it
+            # TTFT's parts from SGLang's own request timestamps (metrics on in every engine): the prefill
+            # stage takes time, no part is negative beyond clock calibration, and the parts' medians are in
+            # milliseconds (each at most the largest TTFT, so their sum at most three times it)
+            parts = r["ttft_parts_p50_ms"]
+            assert list(parts) == list(TTFT_PARTS) and parts["prefill_forward"] > 0, (variant, c, r)
+            assert min(parts.values()) > -1 and sum(parts.values()) <= 3 * r["ttft_p99_ms"], (variant, c, r)
             if variant != "plain":
                 assert r["enabled"] is (variant == "on"), (variant, r)
                 # the engine's own count: every returned token but the first of each request (prefill
@@ -68,6 +82,7 @@ def test_engine_arrivals_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path, mo
     report = (out / "report.md").read_text()
     assert "| c | plain | on | off_warm_kv | off_draft_prefill | off_cold |" in report
     assert "; step " in report and " ms at batch " in report
+    assert "(to_forward " in report and " + prefill_forward " in report
     assert "identical 6/6" in report and "| 3 |" in report and "x steady" in report
 
 
