@@ -70,7 +70,8 @@ if [ -f "$JIT/flashinfer-cache.tgz" ]; then
   # The JIT builds with ninja, which rebuilds an output whose build-log time is older than its newest
   # input; the headers it compiles against were installed minutes ago, so every cached kernel was
   # rebuilt anyway (seen 2026-12-04: the same command hashes logged twice, 85 s in the first prefill).
-  # Date those inputs back to before any cached build.
+  # Date those inputs back to before any cached build (checked with ninja 1.13 on CPU: an unpacked
+  # build with newer inputs rebuilds, dated back it reports no work; the command lines must match too).
   for pkg in flashinfer tvm_ffi sglang; do
     dir=$(python3 -c "import importlib.util as u; s = u.find_spec('$pkg'); print(s.submodule_search_locations[0] if s else '')" 2> /dev/null)
     [ "$pkg" = sglang ] && [ -n "$dir" ] && dir=$dir/kernels/jit
