@@ -32,8 +32,9 @@
 #                   (phases and SLOs); when set, those steps run after the sweep
 #   CHAIN_GPU_TESTS pytest arguments of the GPU correctness tests (e.g.
 #                   "tests/patched_worker/test_gpu_production.py"; carry models/tiny), run with -m gpu
-#                   after the transitions; their reports go to $CHAIN_RESULTS/gpu_tests. A failure is
-#                   logged and the chain goes on (the measurements after it do not depend on it)
+#                   after the engines-alone step and before the fit, sweep and transitions; their reports
+#                   go to $CHAIN_RESULTS/gpu_tests. A failure is logged and the chain goes on (the
+#                   measurements after it do not depend on it)
 #   CHAIN_RAWVSAPP=skip  no rawvsapp step
 #   CHAIN_ENV_SH    a file to source first (default: the bundle's .gpu-bundle/device/env.sh, if present)
 #   CHAIN_JIT       kernels compiled on an earlier host (default .gpu-jit: flashinfer-cache.tgz,
@@ -124,6 +125,13 @@ pack_jit() {
   log "JIT caches packed into $R/jit"
 }
 [ -n "${CHAIN_ARRIVALS:-}" ] && pack_jit
+# correctness before speed: the GPU tests run before the measurements, so a lease that ends during
+# a sweep still brings their verdict back (2026-12-04: run last, they were cut by the lease)
+if [ -n "${CHAIN_GPU_TESTS:-}" ]; then
+  # shellcheck disable=SC2086  # a list of words
+  step gpu_tests env SPECFLIP_GPU_REPORT_DIR="$R/gpu_tests" python3 -m pytest -m gpu -p no:cacheprovider \
+    $CHAIN_GPU_TESTS || log "gpu_tests failed: see $R/gpu_tests.log"
+fi
 if [ -n "${CHAIN_FIT:-}" ]; then
   # shellcheck disable=SC2086  # a list of words
   step fit python3 -m loadtests.bench.step_costs --config "$CONFIG" --out "$R/fit" --write-config "$R/fitted.yaml" $CHAIN_FIT || exit 1
@@ -144,11 +152,6 @@ for workload in closed open; do
       --out "$R/transition_$workload" ${!args_var} || exit 1
   fi
 done
-if [ -n "${CHAIN_GPU_TESTS:-}" ]; then
-  # shellcheck disable=SC2086  # a list of words
-  step gpu_tests env SPECFLIP_GPU_REPORT_DIR="$R/gpu_tests" python3 -m pytest -m gpu -p no:cacheprovider \
-    $CHAIN_GPU_TESTS || log "gpu_tests failed: see $R/gpu_tests.log"
-fi
 if [ "$ARGS" != skip ]; then
   # shellcheck disable=SC2086  # ARGS is a list of words
   step rawvsapp python3 -m loadtests.rawvsapp --config "$CONFIG" --out "$R/rawvsapp" $ARGS || exit 1
