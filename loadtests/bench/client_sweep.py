@@ -14,9 +14,10 @@ imported once (a fresh `python -m sglang.benchmark.serving` spends 25-30 s loadi
 and its `run_benchmark` called per run. A run is a whole client run (first send to last token);
 `--prompts C=N` sizes it (default `--min-waves` waves of C), and the CSV keeps each run's duration so
 a run shorter than 20 s shows. Referee: the engine's own decode tokens over the run (the replicas'
-`generated_tokens` for the app, the scheduler's decode lines for a raw server). For app runs the
-replicas' status is polled every 0.5 s: the flips inside each run and the mode over time
-(status.csv) come from there. App variants that follow each other in `--variants` share one app and
+`generated_tokens` for the app, the scheduler's decode lines for a raw server). Every 0.5 s the
+app's replicas' status (or a raw server's `/v1/loads`) is sampled into status.csv: running and waiting
+requests for every variant alike (sampled_running, full_fraction, idle_fraction: how much of a run
+the batch was full, and how much the engine sat idle between waves), and the app's flips and mode. App variants that follow each other in `--variants` share one app and
 run level by level (every variant at a level, then the next level; repeat k starts with the k-th
 variant); a raw server runs all its levels once started. The app and each raw server first get one
 unmeasured warm-up run at the highest level.
@@ -43,11 +44,13 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from loadtests.bench.app_session import APP_VARIANTS, AppSession, log
 from loadtests.bench.sglang_bench import SglangClient, chunk_gaps, gap_ms, ms
+from loadtests.sweep.control import StatusPoller, load_fractions, mean_running, on_fraction, raw_samples
 
 __all__ = [
     "APP_VARIANTS",
@@ -106,6 +109,10 @@ class SweepRun:
     on_fraction: float | None  # share of status samples with speculation ON (app runs)
     engine_running: float | None  # mean running batch over the run (the engine's decode lines)
     engine_queued: float | None  # mean requests waiting for a prefill (the same lines)
+    # from the 0.5-s samples of every variant alike (the app's /specflip/status, SGLang's /v1/loads):
+    sampled_running: float | None  # mean running requests
+    full_fraction: float | None  # share of samples with >= 90% of the level running
+    idle_fraction: float | None  # share of samples with nothing running or waiting (between waves)
     started: float  # epoch seconds
 
 
@@ -146,8 +153,6 @@ class Sweep:
     ) -> None:
         """One client run; `referee` counts the engine's tokens, `lines` (a LogReferee over the engine's
         decode lines, when it logs them) gives its batch and queue."""
-        from loadtests.sweep.control import StatusPoller, on_fraction
-
         a, n = self.args, self.prompts(c)
         jsonl = self.out / f"sglang-{variant}-c{c}-r{k}.jsonl"
         kwargs = dict(
@@ -155,16 +160,19 @@ class Sweep:
             random_input_len=a.input_len, random_output_len=a.output_len, random_range_ratio=1.0,
             output_file=str(jsonl), disable_tqdm=True, seed=a.seed + k, request_rate=float("inf"),
         )  # fmt: skip
-        poller = StatusPoller(poller_client, interval=0.5) if poller_client is not None else None
+        app = poller_client is not None  # else one of SGLang's servers: its /v1/loads
+        poller = StatusPoller(
+            poller_client, interval=0.5, fetch=None if app else partial(raw_samples, url, variant)
+        )
         started = time.time()
-        if poller is not None:
-            with poller:
-                result = self.client.run(**kwargs)
-        else:
+        with poller:
             result = self.client.run(**kwargs)
         ended = time.time()
         duration = float(result.get("duration") or (ended - started))
-        samples = poller.samples if poller is not None else []
+        samples = poller.samples
+        # the client's own measured window only (SGLang's client sends a warm-up request first)
+        window = [s for s in samples if s.t >= ended - duration]
+        fractions = load_fractions(window, c)
         for s in samples:
             self.status_rows.append(
                 {
@@ -184,16 +192,19 @@ class Sweep:
             shape=a.shape, variant=variant, concurrency=c, repeat=k,
             output_tok_s=round(float(result.get("output_throughput") or 0.0), 1),
             ttft_p50_ms=ms(result, "median_ttft_ms"), tpot_p50_ms=ms(result, "median_tpot_ms"),
-            flips=_flips(samples) if poller is not None else None,
+            flips=_flips(samples) if app else None,
             ttft_p99_ms=ms(result, "p99_ttft_ms"), tpot_p99_ms=ms(result, "p99_tpot_ms"),
             itl_p50_ms=ms(result, "median_itl_ms"), itl_p99_ms=ms(result, "p99_itl_ms"),
             chunk_itl_p50_ms=gap_ms(gaps, 50), chunk_itl_p99_ms=gap_ms(gaps, 99),
             duration_s=round(duration, 2), prompts=n, completed=int(result.get("completed") or 0),
             output_tokens=int(result.get("total_output_tokens") or 0),
             engine_tok_s=None if engine is None else round(engine, 1),
-            on_fraction=None if not samples else round(on_fraction(samples) or 0.0, 3),
+            on_fraction=None if not (app and samples) else round(on_fraction(samples) or 0.0, 3),
             engine_running=_round(lines.running(started, ended)) if lines is not None else None,
             engine_queued=_round(lines.queued(started, ended)) if lines is not None else None,
+            sampled_running=_round(mean_running(window)),
+            full_fraction=None if fractions is None else round(fractions[0], 3),
+            idle_fraction=None if fractions is None else round(fractions[1], 3),
             started=round(started, 3),
         )  # fmt: skip
         self.runs.append(run)
@@ -202,6 +213,7 @@ class Sweep:
             f"({run.completed}/{n} done; engine {run.engine_tok_s or 0:,.0f}), TTFT p50 {run.ttft_p50_ms} ms, "
             f"TPOT p50 {run.tpot_p50_ms} ms, ITL p99 {run.itl_p99_ms} ms (chunk {run.chunk_itl_p99_ms} ms)"
             + f", batch {run.engine_running}, queue {run.engine_queued}"
+            + f"; sampled: running {run.sampled_running}, full {run.full_fraction}, idle {run.idle_fraction}"
             + ("" if run.flips is None else f", {run.flips} flips, ON {run.on_fraction:.0%} of samples")
         )
         self.write()

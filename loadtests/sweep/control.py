@@ -2,13 +2,16 @@
 
 The requests go through the app's client (`deployments.client.SpecflipClient`). An app without
 the specflip API (e.g. SGLang's own `speculative_adaptive`) answers 404: the poller then records
-nothing and says so once.
+nothing and says so once. SGLang's own server is sampled from its `/v1/loads` (`raw_samples`:
+running and waiting requests, mode "raw"), so the app and SGLang's servers have their batch over
+time measured the same way.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +19,16 @@ import httpx
 
 from deployments.client import SpecflipClient
 
-__all__ = ["ReplicaSample", "StatusPoller", "mean_accept_length", "on_fraction", "replica_samples"]
+__all__ = [
+    "ReplicaSample",
+    "StatusPoller",
+    "load_fractions",
+    "mean_accept_length",
+    "mean_running",
+    "on_fraction",
+    "raw_samples",
+    "replica_samples",
+]
 
 
 @dataclass(frozen=True)
@@ -58,12 +70,35 @@ def replica_samples(client: SpecflipClient) -> list[ReplicaSample] | None:
     return [ReplicaSample.from_status(now, d) for d in doc.get("replicas") or []]
 
 
+def raw_samples(base_url: str, name: str, timeout: float = 5.0) -> list[ReplicaSample] | None:
+    """SGLang's server's running and waiting requests now, per data-parallel rank (its `/v1/loads`),
+    as samples of mode "raw" named `name`; None when the server has no such endpoint (404)."""
+    r = httpx.get(f"{base_url}/v1/loads", params={"include": "core"}, timeout=timeout)
+    if r.status_code == 404:
+        return None
+    r.raise_for_status()
+    now = time.time()
+    return [
+        ReplicaSample(
+            t=now,
+            replica_id=f"{name}/{d.get('dp_rank', 0)}",
+            mode="raw",
+            desired_mode="raw",
+            running=int(d.get("num_running_reqs") or 0),
+            waiting=int(d.get("num_waiting_reqs") or 0),
+        )
+        for d in r.json().get("loads") or []
+    ]
+
+
 @dataclass
 class StatusPoller:
-    """Polls `/specflip/status` every `interval` seconds in a background thread."""
+    """Polls `/specflip/status` every `interval` seconds in a background thread (or, given `fetch`,
+    calls that instead: e.g. `raw_samples` of SGLang's server)."""
 
-    client: SpecflipClient
+    client: SpecflipClient | None
     interval: float = 0.5
+    fetch: Callable[[], list[ReplicaSample] | None] | None = None
     samples: list[ReplicaSample] = field(default_factory=list)
     available: bool = True
     errors: int = 0
@@ -78,12 +113,17 @@ class StatusPoller:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.client.timeout + self.interval)
+            timeout = self.client.timeout if self.client is not None else 5.0
+            self._thread.join(timeout=timeout + self.interval)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                got = replica_samples(self.client)
+                if self.fetch is not None:
+                    got = self.fetch()
+                else:
+                    assert self.client is not None, "StatusPoller needs a client or a fetch"
+                    got = replica_samples(self.client)
             except (httpx.HTTPError, ValueError, KeyError):
                 self.errors += 1
             else:
@@ -98,6 +138,32 @@ def mean_accept_length(samples: list[ReplicaSample]) -> float | None:
     """Mean reported accept length over the samples that have one (None if none do)."""
     vals = [s.accept_length for s in samples if s.accept_length is not None]
     return sum(vals) / len(vals) if vals else None
+
+
+def load_fractions(samples: list[ReplicaSample], concurrency: int) -> tuple[float, float] | None:
+    """Over the samples (summed per sampling time across replicas): the share with the batch full
+    (at least 90% of `concurrency` running) and the share idle (nothing running or waiting); None
+    without samples. A closed-loop client with fixed lengths runs in waves: these say how much of a
+    run the engine spent at its full batch and how much waiting for the next wave."""
+    by_time: dict[float, list[int]] = {}
+    for s in samples:
+        by_time.setdefault(s.t, [0, 0])
+        by_time[s.t][0] += s.running
+        by_time[s.t][1] += s.waiting
+    if not by_time:
+        return None
+    n = len(by_time)
+    full = sum(1 for running, _ in by_time.values() if running >= 0.9 * concurrency)
+    idle = sum(1 for running, waiting in by_time.values() if running + waiting == 0)
+    return full / n, idle / n
+
+
+def mean_running(samples: list[ReplicaSample]) -> float | None:
+    """Mean running requests per sampling time (replicas summed); None without samples."""
+    by_time: dict[float, int] = {}
+    for s in samples:
+        by_time[s.t] = by_time.get(s.t, 0) + s.running
+    return sum(by_time.values()) / len(by_time) if by_time else None
 
 
 def on_fraction(samples: list[ReplicaSample]) -> float | None:

@@ -2,7 +2,8 @@
 client, imported once, against the shared app's variants by override (`--target`) and against SGLang's
 own plain server with the same engine arguments. Asserts what the chain's results say (the issue's
 sweep.csv columns, every run complete and refereed, chunk ITL alike for every variant, flips only for
-the app, the status trace and the mode plot) and that the app's overrides are put back; not speed."""
+the app, the status trace of the app and of SGLang's servers, the mode plot) and that the app's
+overrides are put back; not speed."""
 
 from __future__ import annotations
 
@@ -85,12 +86,24 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
             # server's, which reports one, divides each gap by the chunk's tokens)
             assert float(r["chunk_itl_p50_ms"]) == pytest.approx(float(r["itl_p50_ms"]), abs=0.011), r
             assert float(r["chunk_itl_p99_ms"]) == pytest.approx(float(r["itl_p99_ms"]), abs=0.011), r
+    for r in every:  # the 0.5-s samples inside the client's window (a run this short may hold none)
+        assert {"sampled_running", "full_fraction", "idle_fraction"} <= set(r), r
+        if r["sampled_running"] != "":
+            assert float(r["sampled_running"]) >= 0, r
+            assert 0 <= float(r["full_fraction"]) <= 1 and 0 <= float(r["idle_fraction"]) <= 1, r
     # the app's replicas count the tokens they generated: the referee saw the app's runs
     assert float(rows["off"]["engine_tok_s"]) > 0 and float(rows["dynamic"]["engine_tok_s"]) > 0
     assert float(rows["off"]["on_fraction"]) == 0.0  # held OFF by override throughout
     with (out / "status.csv").open() as fh:
         status = list(csv.DictReader(fh))
-    assert {r["variant"] for r in status} == {"off", "dynamic"}
+    assert {r["variant"] for r in status} == {"off", "dynamic", "raw_plain", "sglang_adaptive"}
+    # SGLang's servers sampled from their /v1/loads (rank 0 of each): mode "raw", no flips, every run
+    raw = [r for r in status if r["variant"] in ("raw_plain", "sglang_adaptive")]
+    assert {r["mode"] for r in raw} == {"raw"} and {r["flips"] for r in raw} == {"0"}
+    assert {r["replica_id"] for r in raw} == {"raw_plain/0", "sglang_adaptive/0"}
+    assert {(r["variant"], r["concurrency"]) for r in raw} == {
+        (v, c) for v in ("raw_plain", "sglang_adaptive") for c in ("2", "1")
+    }
     assert (out / "modes.png").stat().st_size > 0
     assert {r["override"] for r in app.client.replicas()} == {"auto"}  # put back as found
 

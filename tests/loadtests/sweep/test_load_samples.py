@@ -1,0 +1,39 @@
+"""What the sweeps read off the 0.5-s samples of every variant alike: the mean running batch, the
+share of samples at a full batch and the share idle between a closed-loop client's waves."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtests.sweep.control import ReplicaSample, load_fractions, mean_running
+
+
+def _at(t: float, *running_waiting: tuple[int, int]) -> list[ReplicaSample]:
+    return [
+        ReplicaSample(t=t, replica_id=f"r{i}", mode="off", desired_mode="off", running=r, waiting=w)
+        for i, (r, w) in enumerate(running_waiting)
+    ]
+
+
+def test_a_wave_then_a_gap_reads_as_full_then_idle() -> None:
+    # one replica at c=8: ramp (4 running, 4 waiting), full (8), full, the gap (nothing), ramp again
+    samples = [
+        *_at(0.0, (4, 4)),
+        *_at(0.5, (8, 0)),
+        *_at(1.0, (8, 0)),
+        *_at(1.5, (0, 0)),
+        *_at(2.0, (1, 7)),
+    ]
+    assert load_fractions(samples, 8) == pytest.approx((2 / 5, 1 / 5))
+    assert mean_running(samples) == pytest.approx((4 + 8 + 8 + 0 + 1) / 5)
+
+
+def test_replicas_sampled_at_one_time_add_up() -> None:
+    # two replicas at c=8 between them: 4 + 4 running is a full batch; idle only if both are
+    samples = [*_at(0.0, (4, 0), (4, 0)), *_at(0.5, (0, 0), (0, 1)), *_at(1.0, (0, 0), (0, 0))]
+    assert load_fractions(samples, 8) == pytest.approx((1 / 3, 1 / 3))
+    assert mean_running(samples) == pytest.approx(8 / 3)
+
+
+def test_no_samples_say_nothing() -> None:
+    assert load_fractions([], 8) is None and mean_running([]) is None
