@@ -17,9 +17,10 @@ a run shorter than 20 s shows. Referee: the engine's own decode tokens over the 
 `generated_tokens` for the app, the scheduler's decode lines for a raw server). Every 0.5 s the
 app's replicas' status (or a raw server's `/v1/loads`) is sampled into status.csv: running and waiting
 requests for every variant alike (sampled_running, full_fraction, idle_fraction: how much of a run
-the batch was full, and how much the engine sat idle between waves), and the app's flips and mode. App variants that follow each other in `--variants` share one app and
-run level by level (every variant at a level, then the next level; repeat k starts with the k-th
-variant); a raw server runs all its levels once started. The app and each raw server first get one
+the batch was full, and how much the engine sat idle between waves), and the app's flips and mode.
+App variants that follow each other in `--variants` share one app and run level by level (every
+variant at a level, then the next level; repeat k starts with the k-th variant); a raw server runs
+all its levels once started. The app and each raw server first get one
 unmeasured warm-up run at the highest level.
 
 ITL comes twice. `itl_p50_ms`/`itl_p99_ms` are SGLang's own, and SGLang's client computes them two
