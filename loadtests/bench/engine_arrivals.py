@@ -66,7 +66,7 @@ def _level(engine: Any, requests: list[tuple[list[int], int]], users: int, settl
     w0, w1 = run.started + settle_s, run.drained
     steady = run.tokens_between(w0, w1) / (w1 - w0) if w1 > w0 else None
     window = [s for s in run.streams if s.ttft_s is not None and w0 <= s.sent < w1]
-    ttfts = sorted(1e3 * s.ttft_s for s in window)  # type: ignore[operator]
+    ttfts = sorted(1e3 * t for s in window if (t := s.ttft_s) is not None)
     parts = [p for p in (s.ttft_parts_s for s in window) if p is not None]
     return {
         "ttft_p50_ms": round(ttfts[len(ttfts) // 2], 2) if ttfts else None,
