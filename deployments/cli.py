@@ -8,6 +8,7 @@ Exit codes: 0 ok; 1 the work failed; 2 bad config or arguments (a one-line reaso
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
@@ -26,8 +27,7 @@ __all__ = [
     "progress",
 ]
 
-# entry-point group of further subcommands: `register(subparsers, parser_class)` adds them
-# (loadtests.commands)
+# entry-point group of further subcommands (loadtests.commands): `register(subparsers, parser_class)`
 COMMANDS_GROUP = "specflip.commands"
 
 
@@ -67,14 +67,14 @@ def progress(line: str) -> None:
 def block_until_interrupted() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         while not stop.wait(1.0):
             pass
-    except KeyboardInterrupt:
-        pass
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # Ctrl-C stops even when started by a script's `... &` (it inherits SIGINT ignored: no KeyboardInterrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from deployments.config import load_config
 
     config = load_config(args.config)
