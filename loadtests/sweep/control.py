@@ -140,30 +140,32 @@ def mean_accept_length(samples: list[ReplicaSample]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _per_time(samples: list[ReplicaSample]) -> list[tuple[int, int]]:
+    """(running, waiting) per sampling time, the replicas sampled at that time summed."""
+    by_time: dict[float, tuple[int, int]] = {}
+    for s in samples:
+        running, waiting = by_time.get(s.t, (0, 0))
+        by_time[s.t] = (running + s.running, waiting + s.waiting)
+    return list(by_time.values())
+
+
 def load_fractions(samples: list[ReplicaSample], concurrency: int) -> tuple[float, float] | None:
     """Over the samples (summed per sampling time across replicas): the share with the batch full
     (at least 90% of `concurrency` running) and the share idle (nothing running or waiting); None
     without samples. A closed-loop client with fixed lengths runs in waves: these say how much of a
     run the engine spent at its full batch and how much waiting for the next wave."""
-    by_time: dict[float, list[int]] = {}
-    for s in samples:
-        by_time.setdefault(s.t, [0, 0])
-        by_time[s.t][0] += s.running
-        by_time[s.t][1] += s.waiting
-    if not by_time:
+    points = _per_time(samples)
+    if not points:
         return None
-    n = len(by_time)
-    full = sum(1 for running, _ in by_time.values() if running >= 0.9 * concurrency)
-    idle = sum(1 for running, waiting in by_time.values() if running + waiting == 0)
-    return full / n, idle / n
+    full = sum(1 for running, _ in points if running >= 0.9 * concurrency)
+    idle = sum(1 for running, waiting in points if running + waiting == 0)
+    return full / len(points), idle / len(points)
 
 
 def mean_running(samples: list[ReplicaSample]) -> float | None:
     """Mean running requests per sampling time (replicas summed); None without samples."""
-    by_time: dict[float, int] = {}
-    for s in samples:
-        by_time[s.t] = by_time.get(s.t, 0) + s.running
-    return sum(by_time.values()) / len(by_time) if by_time else None
+    points = _per_time(samples)
+    return sum(running for running, _ in points) / len(points) if points else None
 
 
 def on_fraction(samples: list[ReplicaSample]) -> float | None:
