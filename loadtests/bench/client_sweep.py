@@ -51,7 +51,14 @@ from typing import Any
 
 from loadtests.bench.app_session import APP_VARIANTS, AppSession, log
 from loadtests.bench.sglang_bench import SglangClient, chunk_gaps, gap_ms, ms
-from loadtests.sweep.control import StatusPoller, load_fractions, mean_running, on_fraction, raw_samples
+from loadtests.sweep.control import (
+    StatusPoller,
+    flip_count,
+    load_fractions,
+    mean_running,
+    on_fraction,
+    raw_samples,
+)
 
 __all__ = [
     "APP_VARIANTS",
@@ -115,14 +122,6 @@ class SweepRun:
     full_fraction: float | None  # share of samples with >= 90% of the level running
     idle_fraction: float | None  # share of samples with nothing running or waiting (between waves)
     started: float  # epoch seconds
-
-
-def _flips(samples: list[Any]) -> int:
-    """Flips inside the samples: per replica, the growth of its reported flip count."""
-    by_replica: dict[str, list[int]] = {}
-    for s in samples:
-        by_replica.setdefault(s.replica_id, []).append(s.flips)
-    return sum(max(v) - v[0] for v in by_replica.values())
 
 
 def rotated(variants: list[str], k: int) -> list[str]:
@@ -193,7 +192,7 @@ class Sweep:
             shape=a.shape, variant=variant, concurrency=c, repeat=k,
             output_tok_s=round(float(result.get("output_throughput") or 0.0), 1),
             ttft_p50_ms=ms(result, "median_ttft_ms"), tpot_p50_ms=ms(result, "median_tpot_ms"),
-            flips=_flips(samples) if app else None,
+            flips=flip_count(samples) if app else None,
             ttft_p99_ms=ms(result, "p99_ttft_ms"), tpot_p99_ms=ms(result, "p99_tpot_ms"),
             itl_p50_ms=ms(result, "median_itl_ms"), itl_p99_ms=ms(result, "p99_itl_ms"),
             chunk_itl_p50_ms=gap_ms(gaps, 50), chunk_itl_p99_ms=gap_ms(gaps, 99),

@@ -106,7 +106,7 @@ def goodput_count(result: dict[str, Any], slo_ttft_ms: float, slo_tpot_ms: float
 
 
 def run_variant(args: argparse.Namespace, client: SglangClient, served: Any, out: Path) -> list[PhaseRun]:
-    from loadtests.sweep.control import StatusPoller, on_fraction
+    from loadtests.sweep.control import StatusPoller, flip_count, on_fraction
 
     runs: list[PhaseRun] = []
     with StatusPoller(served.client, interval=0.5) as poller:
@@ -122,9 +122,6 @@ def run_variant(args: argparse.Namespace, client: SglangClient, served: Any, out
             ended = time.time()
             duration = float(result.get("duration") or (ended - started))
             mine = [s for s in poller.samples if started <= s.t <= ended]
-            flips: dict[str, list[int]] = {}
-            for s in mine:
-                flips.setdefault(s.replica_id, []).append(s.flips)
             good = goodput_count(result, args.slo_ttft_ms, args.slo_tpot_ms)
             run = PhaseRun(
                 workload=args.workload, variant=served.variant, phase=i, load=ph.load,
@@ -134,7 +131,7 @@ def run_variant(args: argparse.Namespace, client: SglangClient, served: Any, out
                 output_tok_s=round(float(result.get("output_throughput") or 0.0), 1),
                 ttft_p50_ms=ms(result, "median_ttft_ms"), tpot_p99_ms=ms(result, "p99_tpot_ms"),
                 completed=int(result.get("completed") or 0), prompts=ph.prompts, good_requests=good,
-                flips=sum(max(v) - v[0] for v in flips.values()),
+                flips=flip_count(mine),
                 on_fraction=None if not mine else round(on_fraction(mine) or 0.0, 3), started=round(started, 3),
             )  # fmt: skip
             runs.append(run)

@@ -171,3 +171,11 @@ def mean_running(samples: list[ReplicaSample]) -> float | None:
 def on_fraction(samples: list[ReplicaSample]) -> float | None:
     """Fraction of replica samples running speculation ON (None without samples)."""
     return sum(1 for s in samples if s.mode == "on") / len(samples) if samples else None
+
+
+def flip_count(samples: list[ReplicaSample]) -> int:
+    """Flips inside the samples: per replica, the growth of its reported flip count."""
+    by_replica: dict[str, list[int]] = {}
+    for s in samples:
+        by_replica.setdefault(s.replica_id, []).append(s.flips)
+    return sum(max(v) - v[0] for v in by_replica.values())

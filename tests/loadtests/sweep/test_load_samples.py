@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.sweep.control import ReplicaSample, load_fractions, mean_running
+from loadtests.sweep.control import ReplicaSample, flip_count, load_fractions, mean_running
 
 
 def _at(t: float, *running_waiting: tuple[int, int]) -> list[ReplicaSample]:
@@ -37,3 +37,13 @@ def test_replicas_sampled_at_one_time_add_up() -> None:
 
 def test_no_samples_say_nothing() -> None:
     assert load_fractions([], 8) is None and mean_running([]) is None
+
+
+def test_flips_count_each_replicas_growth_from_its_first_sample() -> None:
+    # r0 had flipped 3 times before the window and flips twice inside it; r1 flips once
+    samples = [
+        ReplicaSample(t=t, replica_id=r, mode="off", desired_mode="off", running=0, waiting=0, flips=f)
+        for t, r, f in [(0.0, "r0", 3), (0.0, "r1", 0), (0.5, "r0", 4), (0.5, "r1", 1), (1.0, "r0", 5)]
+    ]
+    assert flip_count(samples) == 2 + 1
+    assert flip_count([]) == 0
