@@ -6,8 +6,10 @@ No ray, torch or sglang; the clock is the `now` argument. One call is one tick:
    mode mirrors its actual one); an operator override wins (at once: no dwell, no fleet
    limit); a stale report is never acted on; otherwise the configured rule may want the
    other mode; a wish younger than `persist_s` (over consecutive decisions; a wish to turn
-   speculation ON: `on_persist_s`, at least `persist_s`) is not acted on, and one inside the
-   dwell time is held.
+   speculation ON: `on_persist_s`, at least `persist_s`, and twice the longest dip that high load
+   ended in the last minute, up to `on_persist_max_s`) is not acted on, and one inside the dwell
+   time is held. A dip runs from an idle tick to the next tick where the rule prefers OFF: a
+   closed-loop client's gap between waves, which a slow client stretches to seconds.
 2. Fleet limits over the wishes: OFF flips go first (they relieve overload), then the
    larger gaps; at most `max_flips_per_tick`; an OFF flip that would leave fewer than
    `min_on_replicas` fresh replicas ON is held (the least-loaded stay ON); if still short,
@@ -41,13 +43,15 @@ from collections.abc import Iterable
 import numpy as np
 
 from policy.costmodel import FitTable, GoodputView, crossover_batch, goodput_tick
-from policy.reports import Floats, Reports, frozen
+from policy.reports import Bools, Floats, Reports, frozen
 from policy.state import REASONS, PolicyState, frozen_map
 from policy.types import LoadMetric, Observation, Override, PolicyConfig, Reason, Rule, SetSpeculation
 
 __all__ = ["decide", "load_of", "mixed_on_target"]
 
 _CODE = {r: i for i, r in enumerate(REASONS)}
+_DIP_FACTOR = 2.0  # a wish to turn ON outlasts twice the longest recent dip
+_DIP_MEMORY_S = 60.0  # dips older than this are forgotten
 
 
 def load_of(obs: Observation, metric: LoadMetric) -> float:
@@ -98,15 +102,22 @@ def decide(
     if config.rule is Rule.GOODPUT:
         gp = goodput_tick(state.fits or FitTable.empty(), rep, load, config)
         ratio = gp.on_tok_s / gp.off_tok_s
-        gap = np.where(desired, 1.0 / ratio, ratio) - 1.0 - config.goodput_margin
+        on_gap, off_gap = ratio - 1.0 - config.goodput_margin, 1.0 / ratio - 1.0 - config.goodput_margin
     elif config.rule is Rule.HOLD:
-        gap = np.full(n, -np.inf)
+        on_gap = off_gap = np.full(n, -np.inf)
     else:  # THRESHOLD and MIXED
-        gap = np.where(desired, load - config.high, config.low - load)
+        on_gap, off_gap = config.low - load, load - config.high
+    gap = np.where(desired, off_gap, on_gap)
     raw_wish = auto & (gap >= 0.0)
     since = np.where(raw_wish, np.where(np.isnan(prev.wish_since), now, prev.wish_since), np.nan)
+    low_since, dip_s, dip_at = _dips(prev, auto & (load <= 0), auto & (off_gap >= 0.0), now, config)
     # asymmetric: a wish to go ON (desired OFF now) must outlast the dip between closed-loop waves
-    persist = np.where(desired, config.persist_s, max(config.persist_s, config.on_persist_s))
+    on_persist = np.full(n, config.on_persist_s)
+    if config.on_persist_s > 0:
+        on_persist = np.clip(
+            _DIP_FACTOR * dip_s, config.on_persist_s, max(config.on_persist_s, config.on_persist_max_s)
+        )
+    persist = np.where(desired, config.persist_s, np.maximum(config.persist_s, on_persist))
     wish = raw_wish & (now - since >= persist)
     dwell_ok = np.isnan(last) | (last <= now - config.dwell_s)
     reason[wish & ~dwell_ok] = _CODE[Reason.DWELL]
@@ -154,12 +165,36 @@ def decide(
         last_flip_at=frozen(last),
         flips=frozen(flips),
         wish_since=frozen(since),
+        low_since=frozen(low_since),
+        dip_s=frozen(dip_s),
+        dip_at=frozen(dip_at),
         reason=frozen(reason),
         overrides=state.overrides if len(kept) == len(state.overrides) else frozen_map(kept),
         tick=state.tick + 1,
         fits=gp.table if gp is not None else state.fits,
     )
     return tuple(actions), new_state
+
+
+def _dips(
+    prev: PolicyState, idle: Bools, prefer_off: Bools, now: float, config: PolicyConfig
+) -> tuple[Floats, Floats, Floats]:
+    """(low_since, dip_s, dip_at) after this tick. A dip starts at an idle tick (nothing running or
+    waiting) and ends at the next tick where the rule prefers OFF: the gap between two waves of a
+    closed-loop client (a falling load without an idle tick is not one). The longest dip of the last
+    `_DIP_MEMORY_S` is kept; one longer than `on_persist_max_s` was a low phase, not a gap."""
+    started = prev.low_since
+    low_since = np.where(prefer_off, np.nan, np.where(idle & np.isnan(started), now, started))
+    length = np.where(prefer_off & ~np.isnan(started), now - started, 0.0)
+    ended = (length > 0) & (length <= config.on_persist_max_s)
+    live = prev.dip_at >= now - _DIP_MEMORY_S  # NaN: none
+    dip_s = np.where(live, prev.dip_s, 0.0)
+    longer = ended & (length >= dip_s)
+    return (
+        low_since,
+        np.where(longer, length, dip_s),
+        np.where(longer, now, np.where(live, prev.dip_at, np.nan)),
+    )
 
 
 def mixed_on_target(rep: Reports, fresh: np.ndarray, config: PolicyConfig) -> int:

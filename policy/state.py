@@ -11,7 +11,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -26,6 +26,15 @@ V = TypeVar("V")
 
 REASONS: tuple[Reason, ...] = tuple(Reason)  # PolicyState.reason holds indices into this
 _NEW = REASONS.index(Reason.NEW)
+# what a replica new to the memory starts with, per column (besides its mode and last flip)
+_FILLS = {
+    "flips": 0,
+    "wish_since": np.nan,
+    "low_since": np.nan,
+    "dip_s": 0.0,
+    "dip_at": np.nan,
+    "reason": _NEW,
+}
 
 
 def frozen_map(d: Mapping[K, V]) -> Mapping[K, V]:
@@ -59,6 +68,9 @@ class PolicyState:
     last_flip_at: Floats = field(default_factory=lambda: _empty(float))  # NaN: never flipped
     flips: Ints = field(default_factory=lambda: _empty(np.int64))
     wish_since: Floats = field(default_factory=lambda: _empty(float))  # NaN: the rule wants no flip
+    low_since: Floats = field(default_factory=lambda: _empty(float))  # NaN: ON not preferred now
+    dip_s: Floats = field(default_factory=lambda: _empty(float))  # longest recent dip (0: none)
+    dip_at: Floats = field(default_factory=lambda: _empty(float))  # when it ended (NaN: none)
     reason: Ints = field(default_factory=lambda: _empty(np.int64))  # index into REASONS
     overrides: Mapping[str, Override] = field(default_factory=_empty_map)  # only non-AUTO entries
     tick: int = 0
@@ -100,15 +112,9 @@ class PolicyState:
                 return np.broadcast_to(np.asarray(fill, dtype=a.dtype), (len(ids),)).copy()
             return np.where(known, a[take], fill)
 
-        return replace(
-            self,
-            ids=ids,
-            desired_on=frozen(gather(self.desired_on, actual_on)),
-            last_flip_at=frozen(gather(self.last_flip_at, last_flip_if_new)),
-            flips=frozen(gather(self.flips, 0)),
-            wish_since=frozen(gather(self.wish_since, np.nan)),
-            reason=frozen(gather(self.reason, _NEW)),
-        )
+        fills: dict[str, Any] = {"desired_on": actual_on, "last_flip_at": last_flip_if_new, **_FILLS}
+        columns: dict[str, Any] = {k: frozen(gather(getattr(self, k), v)) for k, v in fills.items()}
+        return replace(self, ids=ids, **columns)
 
 
 def with_override(state: PolicyState, replica_id: str, override: Override) -> PolicyState:
@@ -126,14 +132,7 @@ def seed_replica(
 ) -> PolicyState:
     """Start remembering a replica in a known mode (e.g. a client entering local fallback)."""
     keep = [i for i, rid in enumerate(state.ids) if rid != replica_id]
-    return replace(
-        state,
-        ids=tuple(state.ids[i] for i in keep) + (replica_id,),
-        desired_on=frozen(np.append(state.desired_on[keep], desired is SpecMode.ON)),
-        last_flip_at=frozen(
-            np.append(state.last_flip_at[keep], np.nan if last_flip_at is None else last_flip_at)
-        ),
-        flips=frozen(np.append(state.flips[keep], 0)),
-        wish_since=frozen(np.append(state.wish_since[keep], np.nan)),
-        reason=frozen(np.append(state.reason[keep], _NEW)),
-    )
+    last = np.nan if last_flip_at is None else last_flip_at
+    fills: dict[str, Any] = {"desired_on": desired is SpecMode.ON, "last_flip_at": last, **_FILLS}
+    columns: dict[str, Any] = {k: frozen(np.append(getattr(state, k)[keep], v)) for k, v in fills.items()}
+    return replace(state, ids=tuple(state.ids[i] for i in keep) + (replica_id,), **columns)

@@ -236,6 +236,12 @@ class PolicySettings(Settings):
         "replica's load dips to ~0 for a moment, which is not low load. Turning OFF waits only "
         "persist_s, so relief under load stays prompt.",
     )
+    on_persist_max_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="With on_persist_s > 0 a wish to turn ON must also outlast twice the longest dip "
+        "of the last minute that high load ended (a slow client's gap between waves), up to this.",
+    )
     max_flips_per_tick: int | None = Field(
         default=None,
         ge=1,

@@ -258,11 +258,11 @@ class Sweep:
 
     def settle(self) -> None:
         """Idle after the app's warm-up at the highest level until its policy can have decided for
-        low load again (turning ON waits `on_persist_s` of low load, `dwell_s` after the last flip),
-        so the first measured run starts in the mode the policy gives its level, not the warm-up's."""
+        low load again (turning ON waits up to `on_persist_max_s` of low load, `dwell_s` after the last
+        flip), so the first measured run starts in the mode the policy gives its level, not the warm-up's."""
         p = self.policy
-        pause = p.on_persist_s + p.dwell_s + 2 * p.tick_s
-        log(f"app settles {pause:.1f} s after its warm-up (on_persist_s + dwell_s + two ticks)")
+        pause = max(p.on_persist_s, p.on_persist_max_s) + p.dwell_s + 2 * p.tick_s
+        log(f"app settles {pause:.1f} s after its warm-up (on_persist_max_s + dwell_s + two ticks)")
         time.sleep(pause)
 
     def run_raw(self, variant: str) -> None:

@@ -74,6 +74,7 @@ def lockstep_runs(
     replicas: int = 1,
     seed: int = 0,
     model: EngineModel | None = None,
+    settings: tuple[tuple[str, PolicyConfig], ...] = SETTINGS,
 ) -> list[WaveRun]:
     """Every (users, setting, dynamic policy) on a lockstep trace; the engine runs the whole wave in
     one batch (max_running >= users), as the H200 run did."""
@@ -87,7 +88,7 @@ def lockstep_runs(
             for p in (SimPolicy.ALWAYS_ON, SimPolicy.ALWAYS_OFF)
         }
         best = max(static, key=lambda p: static[p])
-        for label, policy_config in SETTINGS:
+        for label, policy_config in settings:
             config = SimConfig(replicas=replicas, seed=seed, drain_s=10.0, policy=policy_config)
             for dyn in _DYNAMIC:
                 res = simulate(trace, dyn, model, config)

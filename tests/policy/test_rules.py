@@ -391,3 +391,40 @@ def test_on_persistence_is_at_least_persist_s() -> None:
             (4.5, 0, ON, FLIP),
         ],
     )
+
+
+def test_a_gap_longer_than_on_persist_s_is_learned_and_the_next_one_outlasted() -> None:
+    # waves 4 s apart: a dip runs from the first idle tick to the next load the rule turns OFF for
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0)
+    drive_one(
+        config,
+        [
+            (0.0, 9, OFF, FLIP),
+            (1.0, 1, OFF, HOLD),  # a wave's tail (low, not idle): the ON wish starts, no dip yet
+            (1.5, 0, OFF, HOLD),  # idle: the dip starts
+            (3.5, 0, OFF, HOLD),  # 2.5 s of low since 1.0
+            (4.0, 0, ON, FLIP),  # 3 s: nothing learned yet, so ON
+            (5.5, 9, OFF, FLIP),  # the next wave: a dip of 4 s (1.5 -> 5.5), window 8 s
+            (6.0, 0, OFF, HOLD),  # the next gap
+            (9.5, 0, OFF, HOLD),  # 3.5 s: the 3 s would have flipped here
+            (10.0, 9, OFF, HOLD),  # the wave comes back first: still OFF, no flip
+            (10.5, 0, OFF, HOLD),
+            (18.0, 0, OFF, HOLD),  # 7.5 s
+            (18.5, 0, ON, FLIP),  # a real low phase: ON once it has lasted twice the longest gap
+        ],
+    )
+
+
+def test_learned_gaps_are_bounded_and_forgotten() -> None:
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0, on_persist_max_s=6.0)
+    rows = [(0.0, 9, OFF, FLIP), (0.5, 0, OFF, HOLD), (5.0, 9, OFF, HOLD)]  # a 4.5-s dip: window 6 s (cap)
+    rows += [(5.5, 0, OFF, HOLD), (11.0, 0, OFF, HOLD), (11.5, 0, ON, FLIP)]  # ON after 6 s, not 9
+    rows += [(12.0, 9, OFF, FLIP), (12.5, 0, OFF, HOLD), (20.0, 9, OFF, HOLD)]  # 7.5 s: a low phase, not kept
+    # a minute after the 4.5-s dip it is forgotten: ON after on_persist_s again
+    rows += [(71.0, 9, OFF, HOLD), (71.5, 0, OFF, HOLD), (74.5, 0, ON, FLIP)]
+    drive_one(config, rows)
+
+
+def test_with_on_persist_s_zero_nothing_is_learned() -> None:
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0, on_persist_s=0)
+    drive_one(config, [(0.0, 9, OFF, FLIP), (0.5, 0, ON, FLIP), (4.5, 9, OFF, FLIP), (5.0, 0, ON, FLIP)])

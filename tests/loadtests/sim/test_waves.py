@@ -11,6 +11,7 @@ import pytest
 
 from loadtests.bench.policy_sim_waves import SETTINGS, WaveRun, lockstep_runs, lockstep_section
 from loadtests.sim import SimConfig, SimPolicy, default_model, lockstep, simulate
+from policy.types import PolicyConfig
 
 BEFORE, DEFAULTS = (label for label, _ in SETTINGS)
 
@@ -63,3 +64,20 @@ def test_the_report_section_has_a_row_per_level_setting_and_rule(runs: dict) -> 
     rows = [line for line in text.splitlines() if line.startswith("| c=")]
     assert len(rows) == 2 * len(SETTINGS) * 2  # levels x settings x dynamic rules
     assert "| c=256 | on_persist_s 0 (before) | goodput |" in text
+
+
+@pytest.mark.parametrize("users", [64, 256])
+def test_gaps_longer_than_on_persist_s_are_learned_and_outlasted(users: int) -> None:
+    # a slow client: 4.5 s between waves (the H200 app's gaps were 2.2-3.4 s), longer than
+    # on_persist_s (3 s). Without learning the dips (on_persist_max_s 0) every gap turns speculation
+    # ON; with the defaults the first dip teaches the policy the gap and none flips it afterwards.
+    no_learning = PolicyConfig(on_persist_max_s=0.0)
+    settings = (("no learning", no_learning), ("defaults", PolicyConfig()))
+    got = {
+        r.setting: r
+        for r in lockstep_runs((users,), duration_s=120.0, gap_s=4.5, settings=settings)
+        if r.policy is SimPolicy.GOODPUT
+    }
+    assert got["no learning"].flips_after_first_per_min > 1.0 and got["no learning"].vs_best_static < 0.95
+    assert got["defaults"].flips_after_first_per_min == 0.0
+    assert got["defaults"].vs_best_static >= 0.97
