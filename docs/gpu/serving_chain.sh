@@ -101,6 +101,13 @@ step() {
 }
 
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv
+# the host's busiest processes every 2 s while the chain runs ($R/top.log, packed with the sweep): whether
+# the engine's scheduler shares the CPUs with the serving processes around it
+if command -v top > /dev/null; then
+  (while sleep 2; do echo "== $(date +%s)"; top -b -n 1 -c -w 220 | head -n 30; done) > "$R/top.log" 2>&1 9>&- &
+  TOP_PID=$!
+  trap 'kill "$TOP_PID" 2> /dev/null' EXIT
+fi
 log "python3 $(python3 -c 'import sys; print(sys.version.split()[0])'), $(nproc) cores, config $CONFIG"
 
 # the 8B-shaped model folders the config names, when missing (random weights: configs + tokenizer)

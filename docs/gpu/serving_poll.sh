@@ -9,7 +9,8 @@ pack() {
   [ -n "${OUT:-}" ] || return 0
   [ -d "$R/rawvsapp" ] && one rawvsapp.tgz --exclude='*.jsonl' --exclude='locust_*' rawvsapp rawvsapp.log progress.log
   for d in fit sweep transition_closed transition_open gpu_tests; do
-    [ -d "$R/$d" ] && one "$d.tgz" --exclude='*.jsonl' "$d" "$d.log" progress.log $([ "$d" = fit ] && echo fitted.yaml)
+    [ -d "$R/$d" ] && one "$d.tgz" --exclude='*.jsonl' "$d" "$d.log" progress.log $([ "$d" = fit ] && echo fitted.yaml) \
+      $([ "$d" = sweep ] && [ -f "$R/top.log" ] && echo top.log)
   done
   [ -d "$R/arrivals" ] && one arrivals.tgz arrivals arrivals.log
   [ -d "$R/jit" ] && cp -u "$R"/jit/*.tgz "$OUT"/ 2> /dev/null  # the kernel caches once, not every minute

@@ -135,6 +135,9 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
     )
     assert (results / "arrivals.done").exists()
     assert "rawvsapp: rc=0" in (results / "progress.log").read_text()
+    # the host's busiest processes, sampled every 2 s while the chain ran (the engines among them)
+    top = (results / "top.log").read_text()
+    assert top.count("== ") >= 10 and "python" in top, top[-2000:]
     gpu_tests = (results / "gpu_tests.log").read_text()
     assert "3 skipped" in gpu_tests and (results / "gpu_tests.done").exists(), gpu_tests[-2000:]
 

@@ -27,6 +27,7 @@ def test_poll_packs_results_before_its_wait_ends(tmp_path: Path) -> None:
         "sweep/sweep.csv": "shape,variant\ntree,on\n",
         "sweep.log": "run 1\n",
         "progress.log": "[chain] sweep: start\n",
+        "top.log": "== 1796440000\n",  # the host's CPU samples travel with the sweep
     }
     out, env = _chain_results(tmp_path, files)
     env["POLL_EVERY"] = "1"
@@ -35,7 +36,7 @@ def test_poll_packs_results_before_its_wait_ends(tmp_path: Path) -> None:
     assert done.returncode == 124
     assert sorted(p.name for p in out.iterdir()) == ["sweep.tgz"]  # no half-written pack left beside it
     with tarfile.open(out / "sweep.tgz") as tar:
-        assert {"sweep/sweep.csv", "sweep.log", "progress.log"} <= set(tar.getnames())
+        assert {"sweep/sweep.csv", "sweep.log", "progress.log", "top.log"} <= set(tar.getnames())
         member = tar.extractfile("sweep/sweep.csv")
         assert member is not None and member.read() == b"shape,variant\ntree,on\n"
 
