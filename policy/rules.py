@@ -112,11 +112,8 @@ def decide(
     since = np.where(raw_wish, np.where(np.isnan(prev.wish_since), now, prev.wish_since), np.nan)
     low_since, dip_s, dip_at = _dips(prev, auto & (load <= 0), auto & (off_gap >= 0.0), now, config)
     # asymmetric: a wish to go ON (desired OFF now) must outlast the dip between closed-loop waves
-    on_persist = np.full(n, config.on_persist_s)
-    if config.on_persist_s > 0:
-        on_persist = np.clip(
-            _DIP_FACTOR * dip_s, config.on_persist_s, max(config.on_persist_s, config.on_persist_max_s)
-        )
+    learned = np.maximum(config.on_persist_s, np.minimum(_DIP_FACTOR * dip_s, config.on_persist_max_s))
+    on_persist = learned if config.on_persist_s > 0 else np.zeros(n)
     persist = np.where(desired, config.persist_s, np.maximum(config.persist_s, on_persist))
     wish = raw_wish & (now - since >= persist)
     dwell_ok = np.isnan(last) | (last <= now - config.dwell_s)

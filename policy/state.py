@@ -68,7 +68,7 @@ class PolicyState:
     last_flip_at: Floats = field(default_factory=lambda: _empty(float))  # NaN: never flipped
     flips: Ints = field(default_factory=lambda: _empty(np.int64))
     wish_since: Floats = field(default_factory=lambda: _empty(float))  # NaN: the rule wants no flip
-    low_since: Floats = field(default_factory=lambda: _empty(float))  # NaN: ON not preferred now
+    low_since: Floats = field(default_factory=lambda: _empty(float))  # NaN: no gap under way
     dip_s: Floats = field(default_factory=lambda: _empty(float))  # longest recent dip (0: none)
     dip_at: Floats = field(default_factory=lambda: _empty(float))  # when it ended (NaN: none)
     reason: Ints = field(default_factory=lambda: _empty(np.int64))  # index into REASONS
