@@ -39,6 +39,7 @@ own JSONL line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -50,7 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.bench.app_session import APP_VARIANTS, AppSession, log
+from loadtests.bench.mode_plots import plot_modes
 from loadtests.bench.sglang_bench import SglangClient, chunk_gaps, gap_ms, ms
+from loadtests.bench.sweep_profile import DELAY_S, SECONDS, RunProfile, serving_pids
 from loadtests.sweep.control import (
     StatusPoller,
     flip_count,
@@ -64,7 +67,6 @@ __all__ = [
     "APP_VARIANTS",
     "CSV_FIRST",
     "SweepRun",
-    "draw_modes",
     "main",
     "rotated",
 ]
@@ -143,6 +145,7 @@ class Sweep:
         self.client = SglangClient()
         self.runs: list[SweepRun] = []
         self.status_rows: list[dict[str, Any]] = []
+        self.raw_pid: int | None = None  # the raw server running now (its HTTP process), for --profile-at
         self.out.mkdir(parents=True, exist_ok=True)
 
     def prompts(self, c: int) -> int:
@@ -165,7 +168,7 @@ class Sweep:
             poller_client, interval=0.5, fetch=None if app else partial(raw_samples, url, variant)
         )
         started = time.time()
-        with poller:
+        with poller, self.profile(variant, c, k):
             result = self.client.run(**kwargs)
         ended = time.time()
         duration = float(result.get("duration") or (ended - started))
@@ -217,6 +220,13 @@ class Sweep:
             + ("" if run.flips is None else f", {run.flips} flips, ON {run.on_fraction:.0%} of samples")
         )
         self.write()
+
+    def profile(self, variant: str, c: int, k: int) -> contextlib.AbstractContextManager[Any]:
+        """py-spy and the CPU of every serving process during this run, at the `--profile-at` levels."""
+        if c not in self.args.profile_at:
+            return contextlib.nullcontext()
+        delay, seconds = self.args.profile_window
+        return RunProfile(serving_pids(self.raw_pid), self.out, f"{variant}-c{c}-r{k}", delay, seconds)
 
     def levels(self) -> list[tuple[int, int]]:
         return [(c, k) for c in self.args.concurrency for k in range(self.args.repeat)]
@@ -270,6 +280,7 @@ class Sweep:
         from loadtests.rawvsapp.referee import LogReferee
 
         server, url = self.start_raw(variant)
+        self.raw_pid = server.pid
         try:
             if self.args.warmup:
                 self.warm_up(url, variant)
@@ -278,6 +289,7 @@ class Sweep:
                 self.one(url, variant, c, k, referee, None, referee)
         finally:
             server.stop()
+            self.raw_pid = None
 
     def start_raw(self, variant: str) -> tuple[Any, str]:
         """SGLang's server for `variant`, answering. A port picked free can be taken before the server
@@ -322,41 +334,6 @@ class Sweep:
         (self.out / "results.json").write_text(json.dumps(doc, indent=2))
 
 
-def draw_modes(ax: Any, rows: list[dict[str, Any]]) -> None:
-    """On a matplotlib axis: the replicas' load (running + waiting, grey) and mode (red step, right
-    axis) over the status rows' `t_rel`."""
-    t = [float(r["t_rel"]) for r in rows]
-    ax.plot(t, [int(r["running"]) + int(r["waiting"]) for r in rows], color="tab:gray", lw=1)
-    ax.set_ylabel("running + waiting", fontsize=8)
-    on = ax.twinx()
-    on.step(t, [1 if r["mode"] == "on" else 0 for r in rows], where="post", color="tab:red", lw=1.5)
-    on.set_ylim(-0.1, 1.1)
-    on.set_yticks([0, 1], ["OFF", "ON"])
-
-
-def plot_modes(status_csv: Path, png: Path) -> None:
-    """The dynamic variant's runs side by side: per run, load (running + waiting) and the mode the
-    replica ran over the run's time (from status.csv)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with status_csv.open() as fh:
-        rows = [r for r in csv.DictReader(fh) if r["variant"] == "dynamic"]
-    runs = sorted({(int(r["concurrency"]), int(r["repeat"])) for r in rows}, key=lambda x: (x[1], x[0]))
-    if not runs:
-        return
-    fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs), 3.0), squeeze=False)
-    for ax, (c, k) in zip(axes[0], runs, strict=True):
-        draw_modes(ax, [r for r in rows if int(r["concurrency"]) == c and int(r["repeat"]) == k])
-        ax.set_title(f"dynamic c={c} run {k}", fontsize=9)
-        ax.set_xlabel("s into the run", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-
-
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 1)
 
@@ -399,6 +376,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="URL of an app that runs already: its variants by override ($SPECFLIP_CONTROL_TOKEN), "
         "no app started; --config still names the model and the raw servers' engine",
     )
+    p.add_argument(
+        "--profile-at",
+        default="",
+        metavar="C,...",
+        help="at these levels, py-spy and the CPU of every serving process and the client during each run "
+        "(profiles.md and profiles/ in --out; loadtests.bench.sweep_profile)",
+    )
+    p.add_argument(
+        "--profile-window",
+        default=f"{DELAY_S:g},{SECONDS:g}",
+        metavar="DELAY,SECONDS",
+        help="with --profile-at: sample from DELAY s into each run for SECONDS s",
+    )
     p.add_argument("--out", type=Path, default=Path("out/client_sweep"))
     p.add_argument("--replot", action="store_true", help="only redraw modes.png from --out's status.csv")
     return p
@@ -410,12 +400,18 @@ def main(argv: list[str] | None = None) -> int:
         plot_modes(args.out / "status.csv", args.out / "modes.png")
         return 0
     args.concurrency = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    args.profile_at = [int(x) for x in args.profile_at.split(",") if x.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = set(variants) - set(APP_VARIANTS) - set(RAW_VARIANTS)
     try:
         args.prompts = _pairs(args.prompts)
     except ValueError:
         unknown.add(f"--prompts {args.prompts}")
+    try:
+        delay, seconds = (float(x) for x in args.profile_window.split(","))
+        args.profile_window = (delay, seconds)
+    except ValueError:
+        unknown.add(f"--profile-window {args.profile_window}")
     if unknown or not args.concurrency:
         print(f"client_sweep: unknown {sorted(unknown)} (or no --concurrency)", file=sys.stderr)
         return 2

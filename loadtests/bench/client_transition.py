@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.bench.app_session import app_variants, log
-from loadtests.bench.client_sweep import draw_modes
+from loadtests.bench.mode_plots import draw_modes
 from loadtests.bench.sglang_bench import SglangClient, ms
 
 __all__ = ["TRANSITION_FIRST", "Phase", "PhaseRun", "goodput_count", "main", "parse_phases"]

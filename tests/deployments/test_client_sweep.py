@@ -44,10 +44,22 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
     cmd = [
         sys.executable, "-m", "loadtests.bench.client_sweep", "--config", str(config), "--target", app.base,
         "--shape", "chain", "--variants", "off,dynamic,raw_plain,sglang_adaptive", "--concurrency", "2,1", "--prompts", "2=4,1=2",
-        "--input-len", "12", "--output-len", "6", "--out", str(out),
+        "--input-len", "12", "--output-len", "6", "--profile-at", "2", "--profile-window", "0,1", "--out", str(out),
     ]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    # --profile-at 2: each run at c=2 sampled (py-spy, CPU per process): the app's replica and its
+    # engine's scheduler, each raw server's own processes, and the client; the runs at c=1 not
+    sections = (out / "profiles.md").read_text().split("### ")[1:]
+    assert [s.split(":")[0] for s in sections] == [
+        f"{v}-c2-r0" for v in ("off", "dynamic", "raw_plain", "sglang_adaptive")
+    ]
+    for section in sections:
+        ours = section.startswith(("off", "dynamic"))
+        for name in ("replica", "scheduler", "client") if ours else ("http+tokenizer", "scheduler", "client"):
+            assert f"| {name} |" in section, section
+    assert {p.name for p in (out / "profiles").iterdir()} == {s.split(":")[0] for s in sections}
 
     with (out / "sweep.csv").open() as fh:
         reader = csv.DictReader(fh)
