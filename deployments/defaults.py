@@ -52,14 +52,7 @@ def cpu_demo_config(pair: tuple[str, str], **sections: dict[str, Any]) -> SpecFl
         # relief under load stays prompt), back ON at <= 1 once that has held on_persist_s (the field
         # default, 3 s: the dip between two requests of a closed-loop client is not low load). No
         # persist_s of its own: on_persist_s already covers that dip, and persist_s would slow OFF too.
-        "policy": {
-            "high": 4,
-            "low": 1,
-            "dwell_s": 2.0,
-            "tick_s": 0.25,
-            "stale_after_s": 5.0,
-            "ttl_s": 30.0,
-        },
+        "policy": {"high": 4, "low": 1, "dwell_s": 2.0, "tick_s": 0.25, "stale_after_s": 5.0, "ttl_s": 30.0},
         # the tiny model pads grammar-constrained JSON with whitespace until max_tokens: JSON
         # constraints (response_format, json_schema, tool calls) allow none between tokens
         "engine": {

@@ -217,8 +217,5 @@ def _fleet_routing(
     return {
         "by_class_and_mode": by_class,
         "by_reason": {reason: int(n) for (reason,), n in sorted(reasons.items())},
-        "prefix_affinity": {
-            "hits": int(prefix.get(("hit",), 0)),
-            "misses": int(prefix.get(("miss",), 0)),
-        },
+        "prefix_affinity": {"hits": int(prefix.get(("hit",), 0)), "misses": int(prefix.get(("miss",), 0))},
     }

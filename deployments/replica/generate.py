@@ -303,10 +303,7 @@ def _chunk(gen_id: str, object_type: str, created: int, model: str, choice: dict
 
 
 def _response(
-    object_type: str,
-    model: str,
-    choices: list[dict[str, Any]],
-    metas: list[dict[str, Any]],
+    object_type: str, model: str, choices: list[dict[str, Any]], metas: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """A non-streamed answer: the last prompt's id (as Ray's server gave), usage summed over prompts."""
     prompt_tokens = sum(m["prompt_tokens"] for m in metas)
