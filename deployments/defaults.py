@@ -25,10 +25,7 @@ def require_pair(pair_dir: str | None = None) -> tuple[str, str]:
     """(target, draft) of an existing build; ConfigError with the command that builds one otherwise."""
     root = os.path.abspath(pair_dir or default_pair_dir())
     target, draft = os.path.join(root, "target"), os.path.join(root, "draft")
-    if not (
-        os.path.isfile(os.path.join(target, "config.json"))
-        and os.path.isfile(os.path.join(draft, "config.json"))
-    ):
+    if not all(os.path.isfile(os.path.join(d, "config.json")) for d in (target, draft)):
         raise ConfigError(
             f"no tiny model pair at {root}: run `specflip models build --out {root}` "
             f"(or `specflip demo`, which builds it), or set {PAIR_DIR_ENV} / SPECFLIP_CONFIG"

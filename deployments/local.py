@@ -293,10 +293,8 @@ def _shutdown(
         with contextlib.suppress(Exception):  # already gone, or Serve not reachable any more
             serve.delete(APP_NAME, _blocking=True)
         if policy_actor is not None:
-            with contextlib.suppress(Exception):  # never created, or already gone
-                ray.kill(
-                    ray.get_actor(policy_actor, namespace=POLICY_NAMESPACE), no_restart=True
-                )  # replicas run in Serve's namespace
+            with contextlib.suppress(Exception):  # never created, or already gone (in Serve's namespace)
+                ray.kill(ray.get_actor(policy_actor, namespace=POLICY_NAMESPACE), no_restart=True)
         stop_serve(serve_timeout_s)  # serve.shutdown, without its alarming line at every clean stop
 
     stopper = threading.Thread(target=drain_then_stop, name="serve-shutdown", daemon=True)

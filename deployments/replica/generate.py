@@ -242,17 +242,13 @@ class Generation:
         for output in outputs:
             meta = output.get("meta_info") or {}
             tally.add_output(meta)
-            prompt_tokens, completion_tokens = (
-                int(meta.get("prompt_tokens", 0)),
-                int(meta.get("completion_tokens", 0)),
-            )
             metas.append(
                 {
                     "text": output.get("text", ""),
                     "id": meta.get("id", f"sglang-gen-{uuid.uuid4().hex}"),
                     "finish_reason": _finish_reason(meta.get("finish_reason") or {}),
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
+                    "prompt_tokens": int(meta.get("prompt_tokens", 0)),
+                    "completion_tokens": int(meta.get("completion_tokens", 0)),
                 }
             )
         return metas
