@@ -25,10 +25,7 @@ def require_pair(pair_dir: str | None = None) -> tuple[str, str]:
     """(target, draft) of an existing build; ConfigError with the command that builds one otherwise."""
     root = os.path.abspath(pair_dir or default_pair_dir())
     target, draft = os.path.join(root, "target"), os.path.join(root, "draft")
-    if not (
-        os.path.isfile(os.path.join(target, "config.json"))
-        and os.path.isfile(os.path.join(draft, "config.json"))
-    ):
+    if not all(os.path.isfile(os.path.join(d, "config.json")) for d in (target, draft)):
         raise ConfigError(
             f"no tiny model pair at {root}: run `specflip models build --out {root}` "
             f"(or `specflip demo`, which builds it), or set {PAIR_DIR_ENV} / SPECFLIP_CONFIG"
@@ -52,14 +49,7 @@ def cpu_demo_config(pair: tuple[str, str], **sections: dict[str, Any]) -> SpecFl
         # relief under load stays prompt), back ON at <= 1 once that has held on_persist_s (the field
         # default, 3 s: the dip between two requests of a closed-loop client is not low load). No
         # persist_s of its own: on_persist_s already covers that dip, and persist_s would slow OFF too.
-        "policy": {
-            "high": 4,
-            "low": 1,
-            "dwell_s": 2.0,
-            "tick_s": 0.25,
-            "stale_after_s": 5.0,
-            "ttl_s": 30.0,
-        },
+        "policy": {"high": 4, "low": 1, "dwell_s": 2.0, "tick_s": 0.25, "stale_after_s": 5.0, "ttl_s": 30.0},
         # the tiny model pads grammar-constrained JSON with whitespace until max_tokens: JSON
         # constraints (response_format, json_schema, tool calls) allow none between tokens
         "engine": {

@@ -274,11 +274,11 @@ def drain(policy_actor: str, timeout_s: float, *, tick_s: float = 1.0) -> bool:
 def _shutdown(
     serve_timeout_s: float = 30.0, drain_s: float = 0.0, policy_actor: str | None = None, tick_s: float = 1.0
 ) -> None:
-    """Drain the app first (`drain`: new requests 503, in-flight ones, streams included, finish,
-    for up to `drain_s`), delete it (Serve's own drain, short by then), then the app's policy actor (detached: it outlives the app
-    otherwise, on a cluster that keeps running), then serve.shutdown; each bounded: a SIGTERM sent
-    to our whole process group may have taken Ray's own processes down already, and Serve would
-    then wait on them; ray.shutdown stops the rest."""
+    """Drain the app first (`drain`: new requests 503, in-flight ones, streams included, finish, for up to
+    `drain_s`), delete it (Serve's own drain, short by then), then the app's policy actor (detached: it
+    outlives the app otherwise, on a cluster that keeps running), then serve.shutdown; each bounded: a
+    SIGTERM sent to our whole process group may have taken Ray's own processes down already, and Serve
+    would then wait on them; ray.shutdown stops the rest."""
     import threading
 
     import ray
@@ -293,10 +293,8 @@ def _shutdown(
         with contextlib.suppress(Exception):  # already gone, or Serve not reachable any more
             serve.delete(APP_NAME, _blocking=True)
         if policy_actor is not None:
-            with contextlib.suppress(Exception):  # never created, or already gone
-                ray.kill(
-                    ray.get_actor(policy_actor, namespace=POLICY_NAMESPACE), no_restart=True
-                )  # replicas run in Serve's namespace
+            with contextlib.suppress(Exception):  # never created, or already gone (in Serve's namespace)
+                ray.kill(ray.get_actor(policy_actor, namespace=POLICY_NAMESPACE), no_restart=True)
         stop_serve(serve_timeout_s)  # serve.shutdown, without its alarming line at every clean stop
 
     stopper = threading.Thread(target=drain_then_stop, name="serve-shutdown", daemon=True)

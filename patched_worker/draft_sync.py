@@ -22,13 +22,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-__all__ = [
-    "draft_extend_one",
-    "stub_draft_state",
-    "warm_kv_unsupported",
-    "write_draft_kv",
-    "write_kv_rows",
-]
+__all__ = ["draft_extend_one", "stub_draft_state", "warm_kv_unsupported", "write_draft_kv", "write_kv_rows"]
 
 
 @contextlib.contextmanager

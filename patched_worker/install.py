@@ -66,13 +66,9 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
 
     @functools.wraps(upstream_forward)
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
-        if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
-            return switch_of(self).prefill_step(
-                functools.partial(upstream_forward, self), batch, on_publish, grammar_barrier
-            )
-        return switch_of(self).decode_step(
-            functools.partial(upstream_forward, self), batch, on_publish, grammar_barrier
-        )
+        extend = batch.forward_mode.is_extend() or batch.is_extend_in_batch
+        step = switch_of(self).prefill_step if extend else switch_of(self).decode_step
+        return step(functools.partial(upstream_forward, self), batch, on_publish, grammar_barrier)
 
     @functools.wraps(upstream_init_graphs)
     def init_cuda_graphs(self):

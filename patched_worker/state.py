@@ -36,20 +36,14 @@ class SwitchConfig:
     off_prefill: OffPrefill = OffPrefill.KV_WRITE  # warm_kv only (full_extend: draft forward; cold: nothing)
 
     def to_json(self) -> str:
-        return json.dumps(
-            {**asdict(self), "strategy": self.strategy.value, "off_prefill": self.off_prefill.value}
-        )
+        return json.dumps(asdict(self))  # the enums are str: JSON holds their values
 
     @classmethod
     def from_json(cls, text: str) -> SwitchConfig:
         raw = json.loads(text)
-        return cls(
-            **{
-                **raw,
-                "strategy": Strategy(raw["strategy"]),
-                "off_prefill": OffPrefill(raw.get("off_prefill", "kv_write")),
-            }
-        )
+        raw["strategy"] = Strategy(raw["strategy"])
+        raw["off_prefill"] = OffPrefill(raw.get("off_prefill", "kv_write"))
+        return cls(**raw)
 
 
 @dataclass(frozen=True)
@@ -107,6 +101,4 @@ class SpeculationState:
         return cls(**raw)
 
     def to_json(self) -> str:
-        return json.dumps(
-            {**asdict(self), "strategy": self.strategy.value, "off_prefill": self.off_prefill.value}
-        )
+        return json.dumps(asdict(self))  # the enums are str: JSON holds their values

@@ -222,9 +222,8 @@ class PolicyClient:
         self.replica_id = replica_id
         self._actor_name, self._namespace = actor_name, namespace
         self._fail_after, self._timeout_s, self._clock = fail_after, timeout_s, clock
-        self._local_config = fallback.replace(
-            min_on_replicas=0, max_flips_per_tick=None
-        )  # one replica: no fleet
+        # one replica: no fleet
+        self._local_config = fallback.replace(min_on_replicas=0, max_flips_per_tick=None)
         self._handle: Any = None
         self._failures = 0
         self._last_error: str | None = None

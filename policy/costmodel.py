@@ -26,21 +26,14 @@ import numpy as np
 from policy.reports import Floats, Reports, frozen
 from policy.types import PolicyConfig
 
-__all__ = ["FitTable", "GoodputView", "Prior", "crossover_batch", "goodput_tick", "prior_for"]
+__all__ = ["FitTable", "GoodputView", "crossover_batch", "goodput_tick"]
 
 _SUMS = 5  # n, sum x, sum y, sum x^2, sum xy  (x = batch, y = step seconds)
 
 
-class Prior(NamedTuple):
-    """The config's prior step-time lines and the sums of their two pseudo-reports, per mode."""
-
-    base_s: tuple[float, float]  # ON, OFF
-    per_req_s: tuple[float, float]
-    sums: Floats  # (2, 5, 1), added to every replica's sums before solving
-
-
 @functools.lru_cache(maxsize=64)
-def prior_for(config: PolicyConfig) -> Prior:
+def _prior_sums(config: PolicyConfig) -> Floats:
+    """Per mode (ON, OFF), the sums of the two pseudo-reports on the config's prior line: (2, 5, 1)."""
     bases = (config.on_step_base_s, config.off_step_base_s)
     per_reqs = (config.on_step_per_req_s, config.off_step_per_req_s)
     w = config.prior_weight
@@ -49,7 +42,7 @@ def prior_for(config: PolicyConfig) -> Prior:
     for base, per_req in zip(bases, per_reqs, strict=True):
         y0, y1 = base + per_req * x0, base + per_req * x1
         rows.append([2 * w, w * (x0 + x1), w * (y0 + y1), w * (x0 * x0 + x1 * x1), w * (x0 * y0 + x1 * y1)])
-    return Prior(bases, per_reqs, frozen(np.array(rows)[:, :, None]))
+    return frozen(np.array(rows)[:, :, None])
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,7 +104,7 @@ def goodput_tick(table: FitTable, reports: Reports, loads: Floats, config: Polic
     into = np.stack([new & on_mode, new & ~on_mode])[:, None, :]  # (2, 1, n)
     sums = table.sums * np.where(new, config.fit_decay, 1.0) + point * into
     # least squares through reports + prior pseudo-reports (det > 0: those sit at two batches)
-    n, sx, sy, sxx, sxy = (sums + prior_for(config).sums).transpose(1, 0, 2)  # each (2, n)
+    n, sx, sy, sxx, sxy = (sums + _prior_sums(config)).transpose(1, 0, 2)  # each (2, n)
     per_req = np.maximum((n * sxy - sx * sy) / (n * sxx - sx * sx), 0.0)
     base = np.maximum((sy - per_req * sx) / n, 1e-6)
 

@@ -137,10 +137,6 @@ class FleetView:
         )
         return FleetStatus(tuple(replicas), self.config, ticks, self._restarted, now - self._started_at)
 
-    @property
-    def replica_ids(self) -> tuple[str, ...]:
-        return tuple(self._latest)
-
     def _expire(self, now: float) -> tuple[str, ...]:
         cutoff = now - self.config.ttl_s
         gone = tuple(rid for rid, obs in self._latest.items() if obs.reported_at < cutoff)

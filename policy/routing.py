@@ -240,8 +240,6 @@ class Ranking:
 
 
 def _least_loaded(group: list[int], loads: Sequence[float], k: int, rng: random.Random) -> tuple[int, ...]:
-    if len(group) <= k:
-        return tuple(sorted(group, key=lambda i: (loads[i], rng.random())))
     return tuple(sorted(group, key=lambda i: (loads[i], rng.random()))[:k])
 
 

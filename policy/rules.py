@@ -135,12 +135,8 @@ def decide(
         elif turning_off and on_count <= min_on:
             reason[i] = _CODE[Reason.MIN_ON]
         else:
-            desired[i], last[i], flips[i], reason[i] = (
-                not turning_off,
-                now,
-                flips[i] + 1,
-                _CODE[Reason.RULE_FLIP],
-            )
+            desired[i], last[i], flips[i] = not turning_off, now, flips[i] + 1
+            reason[i] = _CODE[Reason.RULE_FLIP]
             actions.append(
                 SetSpeculation(ids[i], not turning_off, _explain(i, turning_off, load, gp, config))
             )
@@ -187,11 +183,8 @@ def _dips(
     live = prev.dip_at >= now - _DIP_MEMORY_S  # NaN: none
     dip_s = np.where(live, prev.dip_s, 0.0)
     longer = ended & (length >= dip_s)
-    return (
-        low_since,
-        np.where(longer, length, dip_s),
-        np.where(longer, now, np.where(live, prev.dip_at, np.nan)),
-    )
+    dip_at = np.where(longer, now, np.where(live, prev.dip_at, np.nan))
+    return low_since, np.where(longer, length, dip_s), dip_at
 
 
 def mixed_on_target(rep: Reports, fresh: np.ndarray, config: PolicyConfig) -> int:

@@ -51,10 +51,6 @@ class ReplicaState(NamedTuple):
     reason: Reason = Reason.NEW
 
 
-def _empty_map() -> Mapping:
-    return MappingProxyType({})
-
-
 def _empty(dtype: type) -> np.ndarray:
     return frozen(np.zeros(0, dtype=dtype))
 
@@ -72,7 +68,7 @@ class PolicyState:
     dip_s: Floats = field(default_factory=lambda: _empty(float))  # longest recent dip (0: none)
     dip_at: Floats = field(default_factory=lambda: _empty(float))  # when it ended (NaN: none)
     reason: Ints = field(default_factory=lambda: _empty(np.int64))  # index into REASONS
-    overrides: Mapping[str, Override] = field(default_factory=_empty_map)  # only non-AUTO entries
+    overrides: Mapping[str, Override] = field(default_factory=lambda: MappingProxyType({}))  # non-AUTO only
     tick: int = 0
     fits: FitTable | None = None  # GOODPUT cost-model fits; None until the rule first runs
 

@@ -123,9 +123,8 @@ class Observation:
     decode_tok_s: float | None = None
     reported_at: float = 0.0  # seconds, see the class docstring
     decode_batch: float | None = None  # mean running batch over the decode_tok_s window (else `running`)
-    mode_age_s: float | None = (
-        None  # seconds since the engine last changed mode; rebuilds dwell after an actor restart
-    )
+    # seconds since the engine last changed mode; rebuilds dwell after an actor restart
+    mode_age_s: float | None = None
     # the operator override the actor last answered with (PolicyClient fills it in): an actor
     # that does not know the replica (restarted, or the replica expired) takes it back
     override: Override | None = None

@@ -246,11 +246,7 @@ def check_completion_body(request: CompletionRequest, limits: ModelLimits) -> Pr
 
 
 def check_request(
-    endpoint: Endpoint,
-    body: dict[str, Any],
-    limits: ModelLimits,
-    *,
-    model_id: str | None = None,
+    endpoint: Endpoint, body: dict[str, Any], limits: ModelLimits, *, model_id: str | None = None
 ) -> OpenAIRequest | Problem:
     """A parsed body checked (cost, then the one validation into the request model, then model
     fit), or why it is refused."""

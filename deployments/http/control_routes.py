@@ -5,16 +5,15 @@ policy actor (created here if it does not exist yet), with a timeout; the token 
 documents are in deployments.http.control.
 
 Whoever builds `ControlRoutes` first creates the actor, detached: it has no owner, so it outlives
-any one replica (every replica builds `ControlRoutes`; a non-detached actor would die with
-whichever replica happened to create it). Each `ControlRoutes`
-hands the actor this app's policy config (a redeployed app finds the running actor of its name);
-`specflip serve` kills it when the app stops. The handle is kept across timeouts and restarts (Ray
-restarts the actor in place, `max_restarts`), and only an actor that is gone for good (killed
-without restart) is created anew. Restarts are counted from Ray's GCS actor table.
-The bearer token is checked first, on every override: the right token always passes. Wrong
-tokens are limited per client address (`FailedAuthLimiter`: 401 for the first ones, then 429
-with Retry-After), so a client guessing tokens slows only itself; the rate limit cannot lock the
-operator out. Overrides never echo the request back.
+any one replica (every replica builds `ControlRoutes`; a non-detached actor would die with whichever
+replica happened to create it). Each `ControlRoutes` hands the actor this app's policy config (a
+redeployed app finds the running actor of its name); `specflip serve` kills it when the app stops.
+The handle is kept across timeouts and restarts (Ray restarts the actor in place, `max_restarts`),
+and only an actor that is gone for good (killed without restart) is created anew. Restarts are
+counted from Ray's GCS actor table. The bearer token is checked first, on every override: the right
+token always passes. Wrong tokens are limited per client address (`FailedAuthLimiter`: 401 for the
+first ones, then 429 with Retry-After), so a client guessing tokens slows only itself; the rate
+limit cannot lock the operator out. Overrides never echo the request back.
 """
 
 from __future__ import annotations
@@ -217,8 +216,5 @@ def _fleet_routing(
     return {
         "by_class_and_mode": by_class,
         "by_reason": {reason: int(n) for (reason,), n in sorted(reasons.items())},
-        "prefix_affinity": {
-            "hits": int(prefix.get(("hit",), 0)),
-            "misses": int(prefix.get(("miss",), 0)),
-        },
+        "prefix_affinity": {"hits": int(prefix.get(("hit",), 0)), "misses": int(prefix.get(("miss",), 0))},
     }

@@ -26,13 +26,7 @@ from deployments.http.limits import ModelLimits, limits_for
 from deployments.http.openai_models import OpenAIRequest
 from deployments.http.routes import ENDPOINTS
 
-__all__ = [
-    "MAX_BODY_BYTES",
-    "JsonBodyGuard",
-    "add_guard_and_cors",
-    "checked_request",
-    "with_checked_body",
-]
+__all__ = ["MAX_BODY_BYTES", "JsonBodyGuard", "add_guard_and_cors", "checked_request", "with_checked_body"]
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # without a config; else serve.max_body_bytes
 # the routes whose body is checked here, by path: their endpoint name is their handler's

@@ -58,9 +58,9 @@ _ACCEPT_BUCKETS = (1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 8)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
-ASGIApp = Callable[
-    [Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
-]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -199,12 +199,7 @@ class RequestCountMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(
-        self,
-        scope: Scope,
-        receive: Callable[[], Awaitable[Message]],
-        send: Callable[[Message], Awaitable[None]],
-    ) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = endpoint_of(scope.get("path", "")) if scope["type"] == "http" else None
         if endpoint is None:
             await self.app(scope, receive, send)
@@ -246,7 +241,7 @@ class RequestCountMiddleware:
 CLIENT_CLOSED = "499"
 
 
-async def _disconnected(receive: Callable[[], Awaitable[Message]], wait_s: float = 0.2) -> bool:
+async def _disconnected(receive: Receive, wait_s: float = 0.2) -> bool:
     """Whether the client has gone, for a request cancelled before its response ended: Ray Serve's
     replica cancels the request's task when the client disconnects (a non-streamed answer is never
     sent, so nothing in the app saw it), having queued the disconnect message for `receive`."""

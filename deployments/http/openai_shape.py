@@ -66,17 +66,12 @@ def _message(message: Any) -> Any:
     return out
 
 
-def _choices(d: dict[str, Any], shape_choice: Any) -> None:
-    if isinstance(d.get("choices"), list):
-        d["choices"] = [shape_choice(c) if isinstance(c, dict) else c for c in d["choices"]]
-    if "usage" in d:
-        d["usage"] = _usage(d["usage"])
-
-
-def _chat_choice(choice: dict[str, Any]) -> dict[str, Any]:
-    out = _compact(choice, _NULLABLE_CHOICE)
-    out.setdefault("logprobs", None)
-    out["message"] = _message(out.get("message"))
+def _shaped(d: dict[str, Any], shape_choice: Any) -> dict[str, Any]:
+    out = _compact(d, _NULLABLE_RESPONSE)
+    if isinstance(out.get("choices"), list):
+        out["choices"] = [shape_choice(c) if isinstance(c, dict) else c for c in out["choices"]]
+    if "usage" in out:
+        out["usage"] = _usage(out["usage"])
     return out
 
 
@@ -86,15 +81,17 @@ def _text_choice(choice: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _chat_choice(choice: dict[str, Any]) -> dict[str, Any]:
+    out = _text_choice(choice)
+    out["message"] = _message(out.get("message"))
+    return out
+
+
 def shape_chat_response(d: dict[str, Any]) -> dict[str, Any]:
     """A chat completion (`object: chat.completion`) as OpenAI's schema has it."""
-    out = _compact(d, _NULLABLE_RESPONSE)
-    _choices(out, _chat_choice)
-    return out
+    return _shaped(d, _chat_choice)
 
 
 def shape_completion_response(d: dict[str, Any]) -> dict[str, Any]:
     """A completion (`object: text_completion`) as OpenAI's schema has it."""
-    out = _compact(d, _NULLABLE_RESPONSE)
-    _choices(out, _text_choice)
-    return out
+    return _shaped(d, _text_choice)

@@ -59,12 +59,8 @@ def _generation(model: Any) -> dict[int | str, dict[str, Any]]:
     }
 
 
-_OVERRIDE_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": OverrideRequest.model_json_schema()}},
-    }
-}
+def _json_body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
 def _ok(description: str, media: str = "application/json", kind: str = "object") -> dict[int | str, Any]:
@@ -102,7 +98,7 @@ ENDPOINTS = {
         "post",
         "/specflip/override",
         responses={**_ok("The replicas overridden"), **_OVERRIDE_ERRORS},
-        openapi_extra=_OVERRIDE_BODY,
+        openapi_extra={"requestBody": _json_body(OverrideRequest.model_json_schema())},
     ),
     "prometheus_metrics": Route("get", "/metrics", responses=_ok("Prometheus text", "text/plain", "string")),
 }
@@ -140,11 +136,7 @@ def install_openapi(app: Any) -> None:
                         if clash:  # a response model of Ray's with a request part's name
                             raise RuntimeError(f"OpenAPI component names taken twice: {clash}")
                         components.update(parts)
-                        ref = {"$ref": _COMPONENTS + name}
-                        operation["requestBody"] = {
-                            "required": True,
-                            "content": {"application/json": {"schema": ref}},
-                        }
+                        operation["requestBody"] = _json_body({"$ref": _COMPONENTS + name})
             _drop_unreferenced(schema)
             app.openapi_schema = schema
         return app.openapi_schema

@@ -115,9 +115,7 @@ def _check_tools(request: Any) -> str | None:
         return "tool_choice requires tools: send the functions in tools"
     if named == "":
         return "tool_choice.function.name is required"
-    names = []
-    for tool in tools:  # function tools (the request model serves no others)
-        names.append(tool.function.name)
+    names = [tool.function.name for tool in tools]  # function tools (the request model serves no others)
     if len(set(names)) != len(names):
         return "tools must have unique function names"
     if named is not None and named not in names:
@@ -191,11 +189,8 @@ def sampling_params(request: Any) -> dict[str, Any]:
     elif fmt_type == "structural_tag":
         params["structural_tag"] = json.dumps(fmt.model_dump(by_alias=True))  # type: ignore[union-attr]
     if calls_tools(request):
-        params["json_schema"] = json.dumps(
-            tool_call_schema(
-                request.tools, request.tool_choice, getattr(request, "parallel_tool_calls", True)
-            )
-        )
+        parallel = getattr(request, "parallel_tool_calls", True)
+        params["json_schema"] = json.dumps(tool_call_schema(request.tools, request.tool_choice, parallel))
     return params
 
 

@@ -63,18 +63,15 @@ class ReplicaApi:
 
     # -- generation ----------------------------------------------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
-        reason = check_structured(body, vocab_size=self._vocab_size)
-        if reason:
-            return error_response(400, reason)
         return await self._answer("chat", "/v1/chat/completions", body, request)
 
     async def completions(self, body: CompletionRequest, request: Request) -> Response:
-        reason = check_structured(body, vocab_size=self._vocab_size)
-        if reason:
-            return error_response(400, reason)
         return await self._answer("completions", "/v1/completions", body, request)
 
     async def _answer(self, endpoint: str, path: str, body: OpenAIRequest, request: Request) -> Response:
+        reason = check_structured(body, vocab_size=self._vocab_size)
+        if reason:
+            return error_response(400, reason)
         started = time.monotonic()
         if body.model != self._model_id:  # the body guard made it required
             why = f"model {body.model[:100]!r} is not served here: this app serves {self._model_id!r}"

@@ -242,17 +242,13 @@ class Generation:
         for output in outputs:
             meta = output.get("meta_info") or {}
             tally.add_output(meta)
-            prompt_tokens, completion_tokens = (
-                int(meta.get("prompt_tokens", 0)),
-                int(meta.get("completion_tokens", 0)),
-            )
             metas.append(
                 {
                     "text": output.get("text", ""),
                     "id": meta.get("id", f"sglang-gen-{uuid.uuid4().hex}"),
                     "finish_reason": _finish_reason(meta.get("finish_reason") or {}),
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
+                    "prompt_tokens": int(meta.get("prompt_tokens", 0)),
+                    "completion_tokens": int(meta.get("completion_tokens", 0)),
                 }
             )
         return metas
@@ -303,10 +299,7 @@ def _chunk(gen_id: str, object_type: str, created: int, model: str, choice: dict
 
 
 def _response(
-    object_type: str,
-    model: str,
-    choices: list[dict[str, Any]],
-    metas: list[dict[str, Any]],
+    object_type: str, model: str, choices: list[dict[str, Any]], metas: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """A non-streamed answer: the last prompt's id (as Ray's server gave), usage summed over prompts."""
     prompt_tokens = sum(m["prompt_tokens"] for m in metas)

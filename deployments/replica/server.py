@@ -35,10 +35,7 @@ from deployments.config import POLICY_NAMESPACE, SpecFlipConfig
 from deployments.http.limits import limits_for
 from deployments.http.metrics import http_metrics
 from deployments.http.request_report import Tally, chunk_id
-from deployments.ray_compat import (
-    SGLangServer,
-    init_sglang_server_without_engine,
-)
+from deployments.ray_compat import SGLangServer, init_sglang_server_without_engine
 from deployments.replica.coalesce import LoopLag, coalesce
 from deployments.replica.engine import EngineFactory, ReplicaEngine, build_specflip_engine
 from deployments.replica.envelope import ReplicaEdge
@@ -175,13 +172,7 @@ class SpecFlipServer(SGLangServer):
         return Tally(self.current_mode(), self._flips())
 
     async def generate(
-        self,
-        endpoint: Endpoint,
-        request: Any,
-        *,
-        request_class: RequestClass,
-        tally: Tally,
-        rids: list[str],
+        self, endpoint: Endpoint, request: Any, *, request_class: RequestClass, tally: Tally, rids: list[str]
     ) -> AsyncGenerator[Any, None]:
         """The answer to a checked request (deployments.replica.api): a dict (not streamed), or SSE
         chunks, lists of them where the replica's loop runs behind (deployments.replica.coalesce).

@@ -41,9 +41,7 @@ class PowerOfTwoRouter(PowerOfTwoChoicesRequestRouter):
         self._picks: dict[ReplicaID, collections.deque[float]] = {}
 
     async def choose_replicas(
-        self,
-        candidate_replicas: list[RunningReplica],
-        pending_request: PendingRequest | None = None,
+        self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
     ) -> list[list[RunningReplica]]:
         ranks: list[list[RunningReplica]] = await super().choose_replicas(candidate_replicas, pending_request)
         if not ranks or not ranks[0]:

@@ -141,9 +141,7 @@ class SpecFlipRouter(RequestRouter):
 
     # -- one routing iteration ------------------------------------------------------------
     async def choose_replicas(
-        self,
-        candidate_replicas: list[RunningReplica],
-        pending_request: PendingRequest | None = None,
+        self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
     ) -> list[list[RunningReplica]]:
         """The ranks. Ray's ingress request router (the HAProxy path) takes the first replica of
         the first rank without probing or reserving, and never reports where the request went
