@@ -1,9 +1,11 @@
 """The real app under a benchmark client's lockstep waves: a steady load above the
 policy's `high` whose gaps between waves drop each replica's load to 0 for a moment. The shipped
-defaults (the package's shared app: the CPU default policy with `persist_s` and `on_persist_s` at
-their field defaults; its dwell_s 1 s only makes flapping easier) turn every replica OFF at the
-first waves and keep it OFF. With `on_persist_s` 0 a policy tick inside a gap turned the replica
-back ON and the next wave ran ON: 23 flips per replica in the 30-s steady phase when tried."""
+defaults (the package's shared app: the CPU default policy with `persist_s`, `on_persist_s` and
+`on_persist_max_s` at their field defaults; its dwell_s 1 s only makes flapping easier) turn every
+replica OFF at the first waves and keep it OFF. With `on_persist_s` 0 a policy tick inside a gap
+turned the replica back ON and the next wave ran ON: 23 flips per replica in the 30-s steady phase
+when tried. A slow client's gaps outlast `on_persist_s` (on the H200: 2.2-3.4 s at c=256); the
+policy learns them from the gaps it saw and holds OFF through the next ones."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ pytestmark = pytest.mark.serve
 USERS = 12  # ~6 requests in flight per replica during a wave: above high (4)
 MAX_TOKENS = 160  # every request the same length (ignore_eos): a wave finishes together, 2-3 s
 GAP_S = 0.5  # the client's pause between two waves
+SLOW_GAP_S = 4.5  # a slow client's pause: longer than on_persist_s (3 s), shorter than on_persist_max_s / 2
 STEADY_S = 30.0
 PROMPTS = ["def add(a, b):", "class Stack:", "for i in range(", "import os\n\ndef"]
 
@@ -66,13 +69,37 @@ class _Watch:
         self._thread.join(timeout=10)
 
 
-def _waves_until(app: LocalApp, pool: concurrent.futures.ThreadPoolExecutor, done: Callable[[], bool]) -> int:
+def _waves_until(
+    app: LocalApp, pool: concurrent.futures.ThreadPoolExecutor, done: Callable[[], bool], gap_s: float = GAP_S
+) -> int:
     waves = 0
     while not done():
         _wave(app, pool)
         waves += 1
-        time.sleep(GAP_S)
+        time.sleep(gap_s)
     return waves
+
+
+def _all_off_within(app: LocalApp, seconds: float) -> Callable[[], bool]:
+    until = time.monotonic() + seconds
+
+    def all_off() -> bool:
+        if time.monotonic() > until:
+            raise AssertionError(f"the waves did not turn every replica OFF: {app.client.replicas()}")
+        return all(r["mode"] == r["desired_mode"] == "off" for r in app.client.replicas())
+
+    return all_off
+
+
+def _longest_idle_s(samples: list[tuple[float, str, str, int]]) -> float:
+    """The longest stretch over which one replica's sampled load stayed 0 (a gap between waves)."""
+    longest, since = 0.0, dict[str, float]()
+    for t, rid, _, load in samples:
+        if load > 0:
+            since.pop(rid, None)
+            continue
+        longest = max(longest, t - since.setdefault(rid, t))
+    return longest
 
 
 def test_a_steady_load_in_lockstep_waves_turns_each_replica_off_once_and_keeps_it_off(app: LocalApp) -> None:
@@ -87,14 +114,7 @@ def test_a_steady_load_in_lockstep_waves_turns_each_replica_off_once_and_keeps_i
 
     with concurrent.futures.ThreadPoolExecutor(USERS) as pool:
         # the first decision: every replica turns OFF within a few waves
-        warm_until = time.monotonic() + 45
-
-        def all_off() -> bool:
-            if time.monotonic() > warm_until:
-                raise AssertionError(f"the waves did not turn every replica OFF: {app.client.replicas()}")
-            return all(r["mode"] == r["desired_mode"] == "off" for r in app.client.replicas())
-
-        _waves_until(app, pool, all_off)
+        _waves_until(app, pool, _all_off_within(app, 45))
         flips_before = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
 
         # the steady phase: the same waves, with the same gaps
@@ -118,5 +138,51 @@ def test_a_steady_load_in_lockstep_waves_turns_each_replica_off_once_and_keeps_i
     wait_until(
         lambda: {r["mode"] for r in app.client.replicas()} == {"on"},
         policy.on_persist_s + 20,
+        why="replicas back ON after the waves",
+    )
+
+
+def test_a_slow_clients_gaps_longer_than_on_persist_are_learned_and_held_through(app: LocalApp) -> None:
+    policy = app.config.policy
+    # the shipped defaults: a gap of SLOW_GAP_S outlasts on_persist_s, and twice it fits under the cap
+    assert policy.persist_s == 0 and policy.on_persist_s < SLOW_GAP_S <= policy.on_persist_max_s / 2
+    assert app.client.send_override("auto", "*").status_code == 200
+    wait_until(
+        lambda: {r["mode"] for r in app.client.replicas()} == {"on"}, 30, why="all replicas ON at rest"
+    )
+
+    with concurrent.futures.ThreadPoolExecutor(USERS) as pool:
+        # the first decision, then two slow gaps: the first of them may still turn a replica ON (no gap
+        # learned yet), the wave after it ends the gap and the policy keeps its length
+        _waves_until(app, pool, _all_off_within(app, 45))
+        for _ in range(2):
+            time.sleep(SLOW_GAP_S)
+            _wave(app, pool)
+        time.sleep(SLOW_GAP_S)
+        _waves_until(app, pool, _all_off_within(app, 30), SLOW_GAP_S)
+        flips_before = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
+
+        # the steady phase: the same waves, with the same slow gaps
+        with _Watch(app) as watch:
+            steady_until = time.monotonic() + STEADY_S
+            waves = _waves_until(app, pool, lambda: time.monotonic() > steady_until, SLOW_GAP_S)
+    flips_after = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
+    later = {rid: flips_after[rid] - n for rid, n in flips_before.items()}
+
+    # the test can fail: the replicas sat idle between waves for longer than on_persist_s, which
+    # alone would have turned them ON in every gap
+    assert waves >= 3, waves
+    idle_s = _longest_idle_s(watch.samples)
+    assert idle_s > policy.on_persist_s + 0.5, f"no gap outlasted on_persist_s: longest idle {idle_s:.1f} s"
+    on_samples = [s for s in watch.samples if s[2] == "on"]
+    assert all(n == 0 for n in later.values()) and not on_samples, (
+        f"flips during {STEADY_S:g} s of waves with {SLOW_GAP_S:g}-s gaps: {later} ({waves} waves, "
+        f"longest idle {idle_s:.1f} s); first ON samples {on_samples[:5]}"
+    )
+
+    # load gone: back ON once the low load has outlasted the learned wait (at most on_persist_max_s)
+    wait_until(
+        lambda: {r["mode"] for r in app.client.replicas()} == {"on"},
+        policy.on_persist_max_s + 20,
         why="replicas back ON after the waves",
     )
