@@ -91,6 +91,26 @@ def _all_off_within(app: LocalApp, seconds: float) -> Callable[[], bool]:
     return all_off
 
 
+def _steady_waves(
+    app: LocalApp, pool: concurrent.futures.ThreadPoolExecutor, gap_s: float
+) -> tuple[int, list[tuple[float, str, str, int]], dict[str, int]]:
+    """STEADY_S of waves `gap_s` apart, the status sampled: (waves, samples, each replica's flips in it)."""
+    before = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
+    with _Watch(app) as watch:
+        until = time.monotonic() + STEADY_S
+        waves = _waves_until(app, pool, lambda: time.monotonic() > until, gap_s)
+    after = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
+    return waves, watch.samples, {rid: after[rid] - n for rid, n in before.items()}
+
+
+def _back_on_within(app: LocalApp, seconds: float) -> None:
+    wait_until(
+        lambda: {r["mode"] for r in app.client.replicas()} == {"on"},
+        seconds,
+        why="replicas back ON after the waves",
+    )
+
+
 def _longest_idle_s(samples: list[tuple[float, str, str, int]]) -> float:
     """The longest stretch over which one replica's sampled load stayed 0 (a gap between waves)."""
     longest, since = 0.0, dict[str, float]()
@@ -115,31 +135,20 @@ def test_a_steady_load_in_lockstep_waves_turns_each_replica_off_once_and_keeps_i
     with concurrent.futures.ThreadPoolExecutor(USERS) as pool:
         # the first decision: every replica turns OFF within a few waves
         _waves_until(app, pool, _all_off_within(app, 45))
-        flips_before = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
-
         # the steady phase: the same waves, with the same gaps
-        with _Watch(app) as watch:
-            steady_until = time.monotonic() + STEADY_S
-            waves = _waves_until(app, pool, lambda: time.monotonic() > steady_until)
-    flips_after = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
-    later = {rid: flips_after[rid] - n for rid, n in flips_before.items()}
+        waves, samples, later = _steady_waves(app, pool, GAP_S)
 
     # the test can fail: waves with gaps happened, and a replica reported the dip (load <= low) in them
     assert waves >= 5, waves
-    dips = [s for s in watch.samples if s[3] <= policy.low]
-    assert dips, f"no report caught a gap between waves (load <= {policy.low:g}): {watch.samples[:20]}"
-    on_samples = [s for s in watch.samples if s[2] == "on"]
+    dips = [s for s in samples if s[3] <= policy.low]
+    assert dips, f"no report caught a gap between waves (load <= {policy.low:g}): {samples[:20]}"
+    on_samples = [s for s in samples if s[2] == "on"]
     assert all(n == 0 for n in later.values()) and not on_samples, (
         f"flips during {STEADY_S:g} s of steady waves: {later} ({waves} waves, {len(dips)} dips seen); "
         f"first ON samples {on_samples[:5]}"
     )
 
-    # load gone: back ON, once the low load has held on_persist_s
-    wait_until(
-        lambda: {r["mode"] for r in app.client.replicas()} == {"on"},
-        policy.on_persist_s + 20,
-        why="replicas back ON after the waves",
-    )
+    _back_on_within(app, policy.on_persist_s + 20)  # load gone: back ON once low load held on_persist_s
 
 
 def test_a_slow_clients_gaps_longer_than_on_persist_are_learned_and_held_through(app: LocalApp) -> None:
@@ -160,29 +169,19 @@ def test_a_slow_clients_gaps_longer_than_on_persist_are_learned_and_held_through
             _wave(app, pool)
         time.sleep(SLOW_GAP_S)
         _waves_until(app, pool, _all_off_within(app, 30), SLOW_GAP_S)
-        flips_before = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
-
         # the steady phase: the same waves, with the same slow gaps
-        with _Watch(app) as watch:
-            steady_until = time.monotonic() + STEADY_S
-            waves = _waves_until(app, pool, lambda: time.monotonic() > steady_until, SLOW_GAP_S)
-    flips_after = {r["replica_id"]: r["flips"] for r in app.client.replicas()}
-    later = {rid: flips_after[rid] - n for rid, n in flips_before.items()}
+        waves, samples, later = _steady_waves(app, pool, SLOW_GAP_S)
 
     # the test can fail: the replicas sat idle between waves for longer than on_persist_s, which
     # alone would have turned them ON in every gap
     assert waves >= 3, waves
-    idle_s = _longest_idle_s(watch.samples)
+    idle_s = _longest_idle_s(samples)
     assert idle_s > policy.on_persist_s + 0.5, f"no gap outlasted on_persist_s: longest idle {idle_s:.1f} s"
-    on_samples = [s for s in watch.samples if s[2] == "on"]
+    on_samples = [s for s in samples if s[2] == "on"]
     assert all(n == 0 for n in later.values()) and not on_samples, (
         f"flips during {STEADY_S:g} s of waves with {SLOW_GAP_S:g}-s gaps: {later} ({waves} waves, "
         f"longest idle {idle_s:.1f} s); first ON samples {on_samples[:5]}"
     )
 
     # load gone: back ON once the low load has outlasted the learned wait (at most on_persist_max_s)
-    wait_until(
-        lambda: {r["mode"] for r in app.client.replicas()} == {"on"},
-        policy.on_persist_max_s + 20,
-        why="replicas back ON after the waves",
-    )
+    _back_on_within(app, policy.on_persist_max_s + 20)
