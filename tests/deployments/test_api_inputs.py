@@ -306,7 +306,7 @@ def test_the_context_error_counts_the_prompt_as_sent_and_names_the_field(
     app: LocalApp, path: str, body: dict[str, Any], field: str
 ) -> None:
     """SGLang's message counted the 4 tokens speculative decoding reserves as input and said
-    "input messages" on /v1/completions (issue 20, item 6)."""
+    "input messages" on /v1/completions (the reliability report)."""
     tokens = 300 * 4 if path == TEXT else None  # "def foo(" is 4 tokens of the tiny tokenizer (no BOS added)
     error = _error(_post(app, path, {"model": MODEL, **body}), 400)
     message = error["message"]

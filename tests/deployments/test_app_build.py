@@ -186,7 +186,7 @@ REAL_MODEL_EXAMPLES = {"h200-llama8b.yaml"}  # a trained model writes JSON witho
 def test_example_configs_serve_structured_output_that_completes(example: str) -> None:
     """The tiny pair (and random weights) pad grammar-constrained JSON with whitespace until
     max_tokens: 0 of 90 JSON and tool answers completed on cpu-tiny.yaml without SGLang's
-    constrained_json_disable_any_whitespace (issue 20). Every example on such a model sets it, as
+    constrained_json_disable_any_whitespace (the reliability report). Every example on such a model sets it, as
     the CPU default does (whose JSON answers complete: test_serve_structured.py)."""
     config = config_from_args({"config": str(EXAMPLES / example)})
     flag = config.engine.extra.get("constrained_json_disable_any_whitespace")

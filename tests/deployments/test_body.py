@@ -141,7 +141,7 @@ COMPLETION_CASES: list[tuple[str, Any, int | None, str]] = [
     ("more ids than the context", list(range(40)) * 3, 400, "the context holds 100"),
     ("text larger than the context", "x" * 401, 413, "401 bytes: at least 101 tokens"),
     ("one of several texts too large", ["a", "y" * 500], 413, "prompt[1] is 500 bytes"),
-    # the request's whole cost, before anything else: issue 20's 300 texts of 100 kB (scaled down)
+    # the request's whole cost, before anything else: the reliability report's 300 texts of 100 kB (scaled down)
     ("more prompts than a request may carry", ["a"] * 4, 400, "prompt has 4 prompts: at most 3"),
     ("more text than a request may carry", ["y" * 400] * 3, 413, "1200 bytes of text: at most 1000"),
     ("more token ids than a request may carry", [[1] * 60] * 3, 413, "180 token ids: at most 150"),

@@ -70,7 +70,7 @@ def test_the_generator_agrees_with_the_body_guard(model_pair: Any) -> None:
 
 # OpenAI's response schemas (CreateChatCompletionResponse, CreateCompletionResponse, their stream
 # chunks), as far as a body's shape goes: the properties they make nullable; every other null is a
-# deviation (issue 20: `message.tool_calls: null`, `usage.prompt_tokens_details: null`)
+# deviation (the reliability report: `message.tool_calls: null`, `usage.prompt_tokens_details: null`)
 _NULLABLE = {
     "chat.completion": {"content", "refusal", "logprobs", "service_tier", "system_fingerprint", "audio"},
     "text_completion": {"logprobs", "service_tier", "system_fingerprint"},
@@ -202,7 +202,7 @@ def test_the_app_is_healthy_after_the_conformance_run(app: LocalApp) -> None:
 def test_the_response_check_finds_what_ray_dumps_and_passes_the_shaped_body() -> None:
     from deployments.http.openai_shape import shape_chat_response
 
-    dumped = {  # a chat answer as Ray's ChatCompletionResponse.model_dump() has it (issue 20)
+    dumped = {  # a chat answer as Ray's ChatCompletionResponse.model_dump() has it (the reliability report)
         "id": "x", "object": "chat.completion", "created": 1, "model": MODEL,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi", "tool_calls": None},
                      "finish_reason": "stop", "logprobs": None}],

@@ -206,7 +206,7 @@ def test_shaped_bodies_are_valid_against_openais_response_schema(
 def test_what_sglang_dumps_is_not_valid_unshaped(
     dumped: dict[str, Any], where: tuple[Any, ...], fault: Any
 ) -> None:
-    """The deviations issue 20 found (what shaping fixes): each is in the dump, and the dump
+    """The deviations the reliability report found (what shaping fixes): each is in the dump, and the dump
     fails OpenAI's schema."""
     schema = {"chat.completion": CHAT, "text_completion": COMPLETION}[dumped["object"]]
     holder: Any = dumped

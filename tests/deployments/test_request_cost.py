@@ -1,4 +1,4 @@
-"""A request's whole cost is bounded before anything tokenizes it (issue 20, item 1), on the real
+"""A request's whole cost is bounded before anything tokenizes it (the first item of the reliability report), on the real
 app: 20 bodies of the kind the reliability report sent, in a row (its ~30 MB /v1/completions body
 with `prompt` = 300 texts of 100 kB each, token-id prompt lists, and bodies under the body-size
 cap for each cap on prompts, text and token ids) are each refused in under a second with a 400/413

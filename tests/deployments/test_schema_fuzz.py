@@ -151,7 +151,7 @@ def test_the_fuzzing_covered_every_operation_and_left_the_app_healthy(app: Local
         report(
             f"schemathesis: {route} bodies valid against /openapi.json, by status {dict(sorted(answered.items()))}"
         )
-        # the document describes what the app accepts (issue 20: 56-57 of 60 schema-valid bodies
+        # the document describes what the app accepts (the reliability report: 56-57 of 60 schema-valid bodies
         # were refused); what it cannot say (a cross-field rule, a token id beyond the vocabulary,
         # a grammar that does not compile) is still a named 400
         assert answered.get(200, 0) >= 0.5 * sum(answered.values()), answered
