@@ -31,6 +31,10 @@ between chunks. `chunk_itl_p50_ms`/`chunk_itl_p99_ms` are the gaps between strea
 carried text, from the same client's per-request gaps, the same way for every variant: compare those
 across variants.
 
+Every run's CPU (the kernel's counters, `sweep_profile.RunCpu`): `front_cpu_cores` and
+`front_cpu_us_per_token` of the process in front of the engine (the app's replica, SGLang's HTTP +
+tokenizer process; near one core it is the bottleneck), and `scheduler_cpu_cores`.
+
 Writes into --out after every run: sweep.csv (shape, variant, concurrency, repeat, output_tok_s,
 ttft_p50_ms, tpot_p50_ms, flips, then the rest), results.json, status.csv, and per run SGLang's
 own JSONL line.
@@ -53,7 +57,7 @@ from typing import Any
 from loadtests.bench.app_session import APP_VARIANTS, AppSession, log
 from loadtests.bench.mode_plots import plot_modes
 from loadtests.bench.sglang_bench import SglangClient, chunk_gaps, gap_ms, ms
-from loadtests.bench.sweep_profile import DELAY_S, SECONDS, RunProfile, serving_pids
+from loadtests.bench.sweep_profile import DELAY_S, SECONDS, RunCpu, RunProfile, serving_pids
 from loadtests.sweep.control import (
     StatusPoller,
     flip_count,
@@ -78,16 +82,8 @@ RAW_VARIANTS = {
     "raw_plain": ["--speculation", "off"],
     "sglang_adaptive": ["--speculation", "on", "--", "--speculative-adaptive"],
 }
-CSV_FIRST = (
-    "shape",
-    "variant",
-    "concurrency",
-    "repeat",
-    "output_tok_s",
-    "ttft_p50_ms",
-    "tpot_p50_ms",
-    "flips",
-)
+CSV_FIRST: tuple[str, ...] = ("shape", "variant", "concurrency", "repeat")
+CSV_FIRST += ("output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "flips")  # the columns the sweep's readers expect
 CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
 
 
@@ -123,6 +119,11 @@ class SweepRun:
     sampled_running: float | None  # mean running requests
     full_fraction: float | None  # share of samples with >= 90% of the level running
     idle_fraction: float | None  # share of samples with nothing running or waiting (between waves)
+    # CPU over the whole run (sweep_profile.RunCpu): the process in front of the engine (the app's
+    # replica, SGLang's HTTP + tokenizer process), per output token and in cores, and the scheduler's
+    front_cpu_us_per_token: float | None
+    front_cpu_cores: float | None
+    scheduler_cpu_cores: float | None
     started: float  # epoch seconds
 
 
@@ -168,7 +169,7 @@ class Sweep:
             poller_client, interval=0.5, fetch=None if app else partial(raw_samples, url, variant)
         )
         started = time.time()
-        with poller, self.profile(variant, c, k):
+        with poller, RunCpu(serving_pids(self.raw_pid)) as cpu, self.profile(variant, c, k):
             result = self.client.run(**kwargs)
         ended = time.time()
         duration = float(result.get("duration") or (ended - started))
@@ -208,6 +209,8 @@ class Sweep:
             sampled_running=_round(mean_running(window)),
             full_fraction=None if fractions is None else round(fractions[0], 3),
             idle_fraction=None if fractions is None else round(fractions[1], 3),
+            front_cpu_us_per_token=cpu.front_us_per(int(result.get("total_output_tokens") or 0)),
+            front_cpu_cores=_round(cpu.front(), 2), scheduler_cpu_cores=_round(cpu.cores.get("scheduler"), 2),
             started=round(started, 3),
         )  # fmt: skip
         self.runs.append(run)
@@ -217,6 +220,7 @@ class Sweep:
             f"TPOT p50 {run.tpot_p50_ms} ms, ITL p99 {run.itl_p99_ms} ms (chunk {run.chunk_itl_p99_ms} ms)"
             + f", batch {run.engine_running}, queue {run.engine_queued}"
             + f"; sampled: running {run.sampled_running}, full {run.full_fraction}, idle {run.idle_fraction}"
+            + f"; CPU cores: front {run.front_cpu_cores}, scheduler {run.scheduler_cpu_cores}"
             + ("" if run.flips is None else f", {run.flips} flips, ON {run.on_fraction:.0%} of samples")
         )
         self.write()
@@ -334,8 +338,8 @@ class Sweep:
         (self.out / "results.json").write_text(json.dumps(doc, indent=2))
 
 
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 1)
+def _round(v: float | None, digits: int = 1) -> float | None:
+    return None if v is None else round(v, digits)
 
 
 def _pairs(text: str) -> dict[int, int]:

@@ -16,14 +16,18 @@ Writes `profiles/<run>/<process>.txt` (py-spy's raw stacks) and appends the run'
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
 from pathlib import Path
 from types import TracebackType
 
+import psutil
+
 from loadtests.rawvsapp.profiles import ProcessProfile, profiles_markdown, record, serving_processes
 
-__all__ = ["DELAY_S", "SECONDS", "RunProfile", "serving_pids"]
+__all__ = ["DELAY_S", "FRONT", "SECONDS", "RunCpu", "RunProfile", "serving_pids"]
 
 DELAY_S = 5.0  # past the first wave's ramp (~2.5 s at c=256 on the H200)
 SECONDS = 10.0  # a wave and the gap after it at c=256
@@ -34,6 +38,49 @@ def serving_pids(raw_pid: int | None) -> dict[str, int]:
     this host, and the client (this process)."""
     found = serving_processes("raw", raw_pid) if raw_pid is not None else serving_processes("app")
     return {**found, "client": os.getpid()}
+
+
+FRONT = ("replica", "http+tokenizer")  # the process that serves HTTP and runs SGLang's tokenizer manager
+
+
+class RunCpu:
+    """CPU cores each serving process used over one whole run (user + system, psutil; no sampling),
+    every run at every level: whether the process in front of the engine (the app's replica, SGLang's
+    HTTP + tokenizer process) or the scheduler nears a full core."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = {name: pid for name, pid in pids.items() if name != "client"}
+        self.cores: dict[str, float] = {}
+        self._t0, self.wall_s = 0.0, 0.0
+        self._cpu0: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        found = {}
+        for name, pid in self.pids.items():
+            with contextlib.suppress(psutil.Error):
+                t = psutil.Process(pid).cpu_times()
+                found[name] = t.user + t.system
+        return found
+
+    def __enter__(self) -> RunCpu:
+        self._t0, self._cpu0 = time.monotonic(), self._read()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s = max(1e-6, time.monotonic() - self._t0)
+        now = self._read()
+        self.cores = {
+            name: (now[name] - self._cpu0[name]) / self.wall_s for name in now if name in self._cpu0
+        }
+
+    def front(self) -> float | None:
+        return next((self.cores[name] for name in FRONT if name in self.cores), None)
+
+    def front_us_per(self, tokens: int) -> float | None:
+        """The front process's CPU microseconds per output token (SGLang's client's warm-up request
+        falls inside the run's wall time and its tokens are not counted: one of hundreds)."""
+        front = self.front()
+        return None if front is None or tokens <= 0 else round(1e6 * front * self.wall_s / tokens, 1)
 
 
 class RunProfile:

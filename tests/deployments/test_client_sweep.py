@@ -91,6 +91,10 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
         assert int(r["completed"]) == int(r["prompts"]) == 4, r
         assert float(r["output_tok_s"]) > 0 and float(r["tpot_p50_ms"]) > 0, r
         assert (r["flips"] == "") is (variant in ("raw_plain", "sglang_adaptive")), r  # flips are the app's
+        # the CPU the process in front of the engine (the app's replica, SGLang's HTTP + tokenizer
+        # process) and the scheduler used over the run, read from the kernel's counters
+        assert float(r["front_cpu_us_per_token"]) > 0 and float(r["front_cpu_cores"]) > 0, r
+        assert float(r["scheduler_cpu_cores"]) > 0, r
         # the gaps between streamed chunks, measured alike for every variant
         assert 0 < float(r["chunk_itl_p50_ms"]) <= float(r["chunk_itl_p99_ms"]), r
         if variant != "sglang_adaptive":
