@@ -37,7 +37,7 @@ from deployments.http.openai_shape import shape_chat_response, shape_completion_
 from deployments.http.request_report import Tally
 from deployments.replica.engine import ReplicaEngine
 from deployments.replica.engine_errors import EngineInputError, engine_refusal
-from deployments.replica.prompts import is_token_ids, tokenize_off_loop
+from deployments.replica.prompts import is_token_ids, tokenize_prompt
 
 __all__ = ["Generation", "sse"]
 
@@ -209,11 +209,12 @@ class Generation:
         self, request: Any, prompt: Any, stream: bool, rids: list[str]
     ) -> dict[str, Any]:
         """engine.async_generate's arguments: the prompt as token ids where it was text (tokenized
-        off the loop; raises PromptTooLarge (413) / PromptTooLong (400) for text that cannot fit),
-        the sampling params, one request id per prompt (appended to `rids`)."""
+        on the loop, or on the replica's tokenizing thread when long; raises PromptTooLarge (413) /
+        PromptTooLong (400) for text that cannot fit), the sampling params, one request id per
+        prompt (appended to `rids`)."""
         param = "messages" if getattr(request, "messages", None) is not None else "prompt"
         tokenizer = self.engine.tokenizer_manager.tokenizer
-        prompt = await tokenize_off_loop(tokenizer, prompt, self._limits, param)
+        prompt = await tokenize_prompt(tokenizer, prompt, self._limits, param)
         kwargs: dict[str, Any] = {"stream": stream}
         kwargs["input_ids" if is_token_ids(prompt) else "prompt"] = prompt
         params = sampling_params(request)

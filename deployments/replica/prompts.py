@@ -1,8 +1,8 @@
-"""A replica's prompts on their way to the engine: text is tokenized on the replica's one
-tokenizing thread, never on its event loop, and refused as soon as it cannot fit the context;
-token ids pass as they are, within the caps. The body guard refused what it can tell by size
-already for requests that came over HTTP; this holds for a request that reaches the replica
-otherwise (a deployment handle) too.
+"""A replica's prompts on their way to the engine: text is tokenized (a short text on the event
+loop, as SGLang's own server does; a long one on the replica's one tokenizing thread) and refused as
+soon as it cannot fit the context; token ids pass as they are, within the caps. The body guard
+refused what it can tell by size already for requests that came over HTTP; this holds for a request
+that reaches the replica otherwise (a deployment handle) too.
 
 SGLang's tokenizer manager tokenizes a text prompt on the event loop that also answers Serve's
 health checks (`TokenizerManager._tokenize_texts`); handing the engine token ids (`input_ids`)
@@ -21,10 +21,15 @@ on it is bounded three ways:
   `context x longest token` bytes, the size check's bound) and refused by its count.
 - **Stop at the first prompt that cannot fit**: a list of prompts is tokenized one prompt at a
   time, and refused at the first one beyond the context.
-- **One prompt at a time per replica**, on one thread of its own (`_WORKER`): many large bodies
-  at once queue there instead of taking every core and every thread of the default executor,
-  where the engine's state probe and Serve's health check run (`asyncio.to_thread`). HF
-  tokenizers release the GIL while encoding, so the event loop keeps running meanwhile.
+- **A long prompt (over `INLINE_BYTES`) at a time per replica**, on one thread of its own
+  (`_WORKER`): many large bodies at once queue there instead of taking every core and every thread
+  of the default executor, where the engine's state probe and Serve's health check run
+  (`asyncio.to_thread`), and HF tokenizers release the GIL while encoding, so the event loop keeps
+  running meanwhile. A short text is tokenized on the loop, at most `INLINE_BYTES` of it (a few
+  hundred microseconds): the thread's hop costs more than that, and while the loop is busy (many
+  streams at once) the thread waits for the GIL behind it, 5 ms per switch
+  (`loadtests.bench.tokenize_hop`: a 256-character prompt took 0.6-3 s through the thread beside a
+  saturated loop, 0.1-0.2 ms on it; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -35,9 +40,10 @@ from typing import Any
 
 from deployments.http.limits import ModelLimits
 
-__all__ = ["PromptTooLarge", "PromptTooLong", "is_token_ids", "tokenize_off_loop"]
+__all__ = ["INLINE_BYTES", "PromptTooLarge", "PromptTooLong", "is_token_ids", "tokenize_prompt"]
 
-# one tokenizing thread per process (a replica is one process): prompts queue here, one at a time
+INLINE_BYTES = 4096  # a text up to this size (UTF-8) is tokenized on the event loop, a longer one on _WORKER
+# one tokenizing thread per process (a replica is one process): long prompts queue here, one at a time
 _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specflip-tokenize")
 _CHARS_PER_TOKEN = 4  # a prompt longer than this many characters per context token is tokenized by prefixes
 _MAX_GROWTH = 4  # a prefix grows at most this many times from one round to the next
@@ -135,9 +141,9 @@ def _encode_within(tokenizer: Any, text: str, limits: ModelLimits, field: str, p
     return ids
 
 
-async def tokenize_off_loop(tokenizer: Any, prompt: Any, limits: ModelLimits, param: str = "prompt") -> Any:
-    """`prompt` (text or a list of texts) as token ids, tokenized on the replica's tokenizing
-    thread; other prompts as given. Raises PromptTooLarge for text that cannot fit the context by
+async def tokenize_prompt(tokenizer: Any, prompt: Any, limits: ModelLimits, param: str = "prompt") -> Any:
+    """`prompt` (text or a list of texts) as token ids, each text on the event loop up to
+    `INLINE_BYTES`, on the replica's tokenizing thread beyond; other prompts as given. Raises PromptTooLarge for text that cannot fit the context by
     its size, PromptTooLong for text with more tokens than it can hold. `param`: the request field
     the text came from (`messages` for a rendered chat)."""
     if isinstance(prompt, str):
@@ -148,17 +154,22 @@ async def tokenize_off_loop(tokenizer: Any, prompt: Any, limits: ModelLimits, pa
         _check_caps(prompt, limits)  # token ids
         return prompt
     fields = [param if single else f"{param}[{i}]" for i in range(len(texts))]
+    sizes = [len(text.encode("utf-8")) for text in texts]
     # one prompt beyond the context by its size says so, before the totals
-    for field, text in zip(fields, texts, strict=True):
-        reason = limits.too_long(field, len(text.encode("utf-8")))
+    for field, size in zip(fields, sizes, strict=True):
+        reason = limits.too_long(field, size)
         if reason is not None:
             raise PromptTooLarge(reason)
     _check_caps(prompt, limits)
     if tokenizer is None:
         return prompt
     loop = asyncio.get_running_loop()
-    ids = [
-        await loop.run_in_executor(_WORKER, _encode_within, tokenizer, text, limits, field, param)
-        for field, text in zip(fields, texts, strict=True)
-    ]
+    ids = []
+    for field, text, size in zip(fields, texts, sizes, strict=True):
+        if size <= INLINE_BYTES:
+            ids.append(_encode_within(tokenizer, text, limits, field, param))
+        else:
+            ids.append(
+                await loop.run_in_executor(_WORKER, _encode_within, tokenizer, text, limits, field, param)
+            )
     return ids[0] if single else ids

@@ -1,7 +1,8 @@
 """A replica's prompt path (deployments.replica.prompts) with the tiny model's real tokenizer: text is
-tokenized as SGLang would, in a worker thread while the event loop keeps running, one prompt at
-a time per replica; text that cannot fit the context is refused before it is tokenized (by size)
-or once a prefix of it shows it (by tokens), never after tokenizing all of it."""
+tokenized as SGLang would, a short text on the event loop, a long one in a worker thread while the
+event loop keeps running, one prompt at a time per replica; text that cannot fit the context is
+refused before it is tokenized (by size) or once a prefix of it shows it (by tokens), never after
+tokenizing all of it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deployments.http.limits import read_limits
-from deployments.replica.prompts import PromptTooLarge, is_token_ids, tokenize_off_loop
+from deployments.replica.prompts import INLINE_BYTES, PromptTooLarge, is_token_ids, tokenize_prompt
 
 # the default caps (serve.max_prompts, serve.max_input_bytes) and the tiny pair's speculation
 CAPS = {"max_prompts": 64, "max_input_bytes": 4 * 1024 * 1024}
@@ -35,11 +36,11 @@ def tokenizer(target: str):
 
 def test_text_becomes_the_ids_sglang_would_make_and_ids_pass_as_they_are(tokenizer, target: str) -> None:
     limits = read_limits(target)
-    one = asyncio.run(tokenize_off_loop(tokenizer, "def add(a, b):", limits))
+    one = asyncio.run(tokenize_prompt(tokenizer, "def add(a, b):", limits))
     assert one == tokenizer(["def add(a, b):"])["input_ids"][0] and is_token_ids(one)
-    two = asyncio.run(tokenize_off_loop(tokenizer, ["a", "class B:"], limits))
+    two = asyncio.run(tokenize_prompt(tokenizer, ["a", "class B:"], limits))
     assert two == tokenizer(["a", "class B:"])["input_ids"] and is_token_ids(two)
-    assert asyncio.run(tokenize_off_loop(tokenizer, [5, 6], limits)) == [5, 6]
+    assert asyncio.run(tokenize_prompt(tokenizer, [5, 6], limits)) == [5, 6]
 
 
 def test_the_event_loop_keeps_running_while_a_long_text_is_tokenized(tokenizer, target: str) -> None:
@@ -59,7 +60,7 @@ def test_the_event_loop_keeps_running_while_a_long_text_is_tokenized(tokenizer, 
         task = asyncio.create_task(ticker())
         await asyncio.sleep(0.02)
         start = ticks
-        ids = await tokenize_off_loop(tokenizer, text, unbounded)
+        ids = await tokenize_prompt(tokenizer, text, unbounded)
         during = ticks - start
         task.cancel()
         return during, len(ids)
@@ -72,7 +73,7 @@ def test_the_event_loop_keeps_running_while_a_long_text_is_tokenized(tokenizer, 
 def test_text_that_cannot_fit_the_context_is_refused_before_tokenizing(tokenizer, target: str) -> None:
     limits = read_limits(target)
     with pytest.raises(PromptTooLarge, match=r"prompt\[1\] is 200000 bytes"):
-        asyncio.run(tokenize_off_loop(tokenizer, ["ok", "z" * 200_000], limits))
+        asyncio.run(tokenize_prompt(tokenizer, ["ok", "z" * 200_000], limits))
 
 
 @pytest.mark.parametrize(
@@ -91,7 +92,7 @@ def test_a_request_beyond_the_caps_is_refused_on_the_replica_too(
     caps = {"max_prompts": 4, "max_input_bytes": 100, "max_input_token_ids": 50}
     limits = read_limits(target, caps=caps)
     with pytest.raises(PromptTooLarge, match=fragment):
-        asyncio.run(tokenize_off_loop(tokenizer, prompt, limits))
+        asyncio.run(tokenize_prompt(tokenizer, prompt, limits))
 
 
 class CountingTokenizer:
@@ -101,10 +102,12 @@ class CountingTokenizer:
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer, self.chars, self.in_flight, self.most_in_flight = tokenizer, 0, 0, 0
         self.is_fast = tokenizer.is_fast
+        self.threads: list[str] = []  # the thread of each call
         self._lock = threading.Lock()
 
     def _count(self, texts: Any, call: Any) -> Any:
         with self._lock:
+            self.threads.append(threading.current_thread().name)
             self.chars += sum(len(t) for t in ([texts] if isinstance(texts, str) else texts))
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
@@ -145,7 +148,7 @@ def test_the_worst_body_under_the_caps_is_refused_after_tokenizing_a_few_context
     )
     counting = CountingTokenizer(tokenizer)
     with pytest.raises(ValueError, match=r"prompt\[0\] is at least \d+ tokens") as refused:
-        asyncio.run(tokenize_off_loop(counting, worst, limits))
+        asyncio.run(tokenize_prompt(counting, worst, limits))
     assert (
         getattr(refused.value, "status_code", None) == 400
         and getattr(refused.value, "param", None) == "prompt"
@@ -153,7 +156,7 @@ def test_the_worst_body_under_the_caps_is_refused_after_tokenizing_a_few_context
     assert counting.chars <= 8 * 2048, f"{counting.chars} characters tokenized for one refusal"
     # a chat's rendered prompt is refused naming messages
     with pytest.raises(ValueError, match=r"shorten messages") as chat:
-        asyncio.run(tokenize_off_loop(counting, worst[0], limits, "messages"))
+        asyncio.run(tokenize_prompt(counting, worst[0], limits, "messages"))
     assert getattr(chat.value, "param", None) == "messages"
 
 
@@ -163,7 +166,7 @@ def test_one_word_prompts_stop_the_request_at_the_first_that_cannot_fit(tokenize
     limits = read_limits(target, reserved_tokens=RESERVED, caps=CAPS)
     counting = CountingTokenizer(tokenizer)
     with pytest.raises(ValueError, match=r"prompt\[0\] is 32500 tokens"):
-        asyncio.run(tokenize_off_loop(counting, ["ab" * 32_500] * 64, limits))
+        asyncio.run(tokenize_prompt(counting, ["ab" * 32_500] * 64, limits))
     assert counting.chars <= 3 * 65_000
 
 
@@ -175,10 +178,25 @@ def test_a_replica_tokenizes_one_prompt_at_a_time(tokenizer, target: str) -> Non
     text = "def foo(x):\n    return x + 1\n" * 4_000
 
     async def many() -> list[Any]:
-        return await asyncio.gather(*(tokenize_off_loop(counting, [text, text], limits) for _ in range(8)))
+        return await asyncio.gather(*(tokenize_prompt(counting, [text, text], limits) for _ in range(8)))
 
     assert all(len(ids) == 2 for ids in asyncio.run(many()))
     assert counting.most_in_flight == 1
+
+
+def test_a_short_text_is_tokenized_on_the_loop_and_a_long_one_on_the_tokenizing_thread(
+    tokenizer, target: str
+) -> None:
+    """Up to INLINE_BYTES a text costs less to tokenize than the hop to the thread, which waits for
+    the GIL behind a busy loop; beyond it, the thread keeps the loop free. A list splits alike."""
+    limits = read_limits(target, context_length=10**9)
+    counting = CountingTokenizer(tokenizer)
+    short, long = "é" * (INLINE_BYTES // 2), "a" * (INLINE_BYTES + 1)  # 4096 bytes and 4097
+    ids = asyncio.run(tokenize_prompt(counting, [short, long, "def f():"], limits))
+    assert ids == [tokenizer([t])["input_ids"][0] for t in (short, long, "def f():")]
+    loop_thread = threading.current_thread().name  # asyncio.run's loop runs on this thread
+    assert counting.threads[0] == counting.threads[2] == loop_thread
+    assert counting.threads[1].startswith("specflip-tokenize")
 
 
 def test_texts_near_the_context_get_the_engine_s_verdict(tokenizer, target: str) -> None:
@@ -187,9 +205,9 @@ def test_texts_near_the_context_get_the_engine_s_verdict(tokenizer, target: str)
     limits = read_limits(target, reserved_tokens=RESERVED, caps=CAPS)
     fits = 2048 - RESERVED - 1
     text = "a" + " a" * (fits - 1)
-    assert asyncio.run(tokenize_off_loop(tokenizer, text, limits)) == tokenizer([text])["input_ids"][0]
+    assert asyncio.run(tokenize_prompt(tokenizer, text, limits)) == tokenizer([text])["input_ids"][0]
     with pytest.raises(ValueError, match=rf"prompt is {fits + 1} tokens"):
-        asyncio.run(tokenize_off_loop(tokenizer, text + " a", limits))
+        asyncio.run(tokenize_prompt(tokenizer, text + " a", limits))
 
 
 _WORDS = ["a", "def", ".", "(x)", "'s", "123456", "é", "🙂", "日本", "__"]
