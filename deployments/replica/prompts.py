@@ -28,8 +28,8 @@ on it is bounded three ways:
   running meanwhile. A short text is tokenized on the loop, at most `INLINE_BYTES` of it (a few
   hundred microseconds): the thread's hop costs more than that, and while the loop is busy (many
   streams at once) the thread waits for the GIL behind it, 5 ms per switch
-  (`loadtests.bench.tokenize_hop`: a 256-character prompt took 0.6-3 s through the thread beside a
-  saturated loop, 0.1-0.2 ms on it; docs/benchmarks.md).
+  (`loadtests.bench.tokenize_hop`: a 256-character prompt waited 0.4-0.8 s at the median, up to
+  3.8 s, for the thread beside a saturated loop on a host with free cores; 0.11 ms on the loop).
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def _known_tokens(backend: Any, prefix: str) -> tuple[int, bool]:
 
 
 def _encode_within(tokenizer: Any, text: str, limits: ModelLimits, field: str, param: str) -> list[int]:
-    """`text`'s ids, or PromptTooLong as soon as a prefix shows it cannot fit the context (runs on _WORKER)."""
+    """`text`'s ids, or PromptTooLong as soon as a prefix shows it cannot fit the context (on the
+    event loop for a short text, on _WORKER for a long one)."""
     backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
     context, reserved = limits.context_tokens, limits.reserved_tokens
     fits = None if context is None else context - reserved - 1  # the most input tokens SGLang takes
@@ -143,9 +144,10 @@ def _encode_within(tokenizer: Any, text: str, limits: ModelLimits, field: str, p
 
 async def tokenize_prompt(tokenizer: Any, prompt: Any, limits: ModelLimits, param: str = "prompt") -> Any:
     """`prompt` (text or a list of texts) as token ids, each text on the event loop up to
-    `INLINE_BYTES`, on the replica's tokenizing thread beyond; other prompts as given. Raises PromptTooLarge for text that cannot fit the context by
-    its size, PromptTooLong for text with more tokens than it can hold. `param`: the request field
-    the text came from (`messages` for a rendered chat)."""
+    `INLINE_BYTES`, on the replica's tokenizing thread beyond; other prompts as given. Raises
+    PromptTooLarge for text that cannot fit the context by its size, PromptTooLong for text with
+    more tokens than it can hold. `param`: the request field the text came from (`messages` for a
+    rendered chat)."""
     if isinstance(prompt, str):
         texts, single = [prompt], True
     elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
