@@ -5,8 +5,8 @@ with the loop idle and with the loop saturated (CPU).
 
 A replica's one event loop serves HTTP, streams every request's chunks and runs SGLang's tokenizer
 manager; under load it always has work ready. A thread that waits for the GIL behind such a loop
-gets it only when the loop's thread is made to drop it (Python's switch interval, 5 ms), and a
-tokenization takes the GIL several times. The saturated loop here is `--busy-tasks` coroutines
+gets it when the loop's thread is made to drop it (Python's switch interval, 5 ms); how often one
+tokenization waits so is not counted here, only what it adds up to. The saturated loop here is `--busy-tasks` coroutines
 that each run Python for `--busy-us` and yield (`asyncio.sleep(0)`), so ready callbacks never run
 out, as with many streams at once. Each sample tokenizes one `--chars`-character text with
 `deployments.replica.prompts.tokenize_prompt` (text up to INLINE_BYTES: on the loop) and with the
