@@ -106,15 +106,16 @@ class ServerProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and all its descendants (0 if it is gone)."""
+def tree_cpu_seconds(pid: int, children: bool = True) -> float:
+    """User + system CPU seconds of a process and (`children`) all its descendants (0 if it is gone)."""
     try:
         root = psutil.Process(pid)
     except psutil.Error:
         return 0.0
     procs = [root]
-    with contextlib.suppress(psutil.Error):
-        procs += root.children(recursive=True)
+    if children:
+        with contextlib.suppress(psutil.Error):
+            procs += root.children(recursive=True)
     total = 0.0
     for p in procs:
         with contextlib.suppress(psutil.Error):
@@ -127,16 +128,17 @@ class CpuMeter:
     """CPU use of process trees over a window: `start()`, later `stop() -> {name: cores busy}`.
 
     Process trees are looked up at both ends (`pids` is called each time), so children that
-    appear or finish in between are counted as far as they were alive at the ends.
+    appear or finish in between are counted as far as they were alive at the ends; with
+    `children=False` each process alone (a replica without the engine processes it started).
     """
 
-    def __init__(self, pids: Callable[[], Mapping[str, Sequence[int]]]) -> None:
-        self.pids = pids
+    def __init__(self, pids: Callable[[], Mapping[str, Sequence[int]]], children: bool = True) -> None:
+        self.pids, self.children = pids, children
         self._t0 = 0.0
         self._cpu0: dict[str, float] = {}
 
     def _read(self) -> dict[str, float]:
-        return {name: sum(tree_cpu_seconds(p) for p in ps) for name, ps in self.pids().items()}
+        return {name: sum(tree_cpu_seconds(p, self.children) for p in ps) for name, ps in self.pids().items()}
 
     def start(self) -> None:
         self._t0, self._cpu0 = time.monotonic(), self._read()

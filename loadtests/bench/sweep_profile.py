@@ -16,16 +16,14 @@ Writes `profiles/<run>/<process>.txt` (py-spy's raw stacks) and appends the run'
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
 from pathlib import Path
 from types import TracebackType
 
-import psutil
-
 from loadtests.rawvsapp.profiles import ProcessProfile, profiles_markdown, record, serving_processes
+from loadtests.servers import CpuMeter
 
 __all__ = ["DELAY_S", "FRONT", "SECONDS", "RunCpu", "RunProfile", "serving_pids"]
 
@@ -44,34 +42,25 @@ FRONT = ("replica", "http+tokenizer")  # the process that serves HTTP and runs S
 
 
 class RunCpu:
-    """CPU cores each serving process used over one whole run (user + system, psutil; no sampling),
-    every run at every level: whether the process in front of the engine (the app's replica, SGLang's
-    HTTP + tokenizer process) or the scheduler nears a full core."""
+    """CPU cores each serving process used over one whole run (user + system, each process alone:
+    `loadtests.servers.CpuMeter`; no sampling), every run at every level: whether the process in
+    front of the engine (the app's replica, SGLang's HTTP + tokenizer process) or the scheduler nears
+    a full core."""
 
     def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = {name: pid for name, pid in pids.items() if name != "client"}
+        found = {name: [pid] for name, pid in pids.items() if name != "client"}
+        self._meter = CpuMeter(lambda: found, children=False)
         self.cores: dict[str, float] = {}
-        self._t0, self.wall_s = 0.0, 0.0
-        self._cpu0: dict[str, float] = {}
-
-    def _read(self) -> dict[str, float]:
-        found = {}
-        for name, pid in self.pids.items():
-            with contextlib.suppress(psutil.Error):
-                t = psutil.Process(pid).cpu_times()
-                found[name] = t.user + t.system
-        return found
+        self.wall_s = 0.0
 
     def __enter__(self) -> RunCpu:
-        self._t0, self._cpu0 = time.monotonic(), self._read()
+        self._t0 = time.monotonic()
+        self._meter.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.cores = self._meter.stop()
         self.wall_s = max(1e-6, time.monotonic() - self._t0)
-        now = self._read()
-        self.cores = {
-            name: (now[name] - self._cpu0[name]) / self.wall_s for name in now if name in self._cpu0
-        }
 
     def front(self) -> float | None:
         return next((self.cores[name] for name in FRONT if name in self.cores), None)
