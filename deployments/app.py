@@ -19,6 +19,7 @@ from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig
 
 from deployments.config import (
+    CPU_ENV,
     FORWARD_BODY,
     POLICY_NAMESPACE,
     ConfigError,
@@ -47,8 +48,6 @@ CONFIG_ENV = "SPECFLIP_CONFIG"
 # the replica deployment's request router (an import path: Serve imports it where handles route)
 ROUTER_CLASS = "deployments.routing.router.SpecFlipRouter"
 LOAD_ROUTER_CLASS = "deployments.routing.power_of_two.PowerOfTwoRouter"
-# what every process that builds a CPU engine needs before sglang's kernels load (patched_worker.cpu)
-CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
 # Ray Serve's throughput settings, in the replicas (which serve the HTTP app and the engine's
 # tokenizer manager in one process): user code on the replica's one event loop, request logs
 # buffered, no per-request log line on stderr. Not in the driver: there it would forbid blocking

@@ -50,6 +50,10 @@ class Device(enum.StrEnum):
     CPU = "cpu"
 
 
+# what every process that builds a CPU engine needs before sglang's kernels load (patched_worker.cpu)
+CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
+
+
 class ModelSettings(_Frozen):
     id: str = Field(default="specflip", description="Model name clients pass as `model` in OpenAI requests.")
     path: str = Field(..., description="Target model directory (HF format) on every replica's filesystem.")

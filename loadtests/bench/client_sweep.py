@@ -54,6 +54,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from deployments.config import CPU_ENV
 from loadtests.bench.app_session import APP_VARIANTS, AppSession, log
 from loadtests.bench.mode_plots import plot_modes
 from loadtests.bench.sglang_bench import SglangClient, chunk_gaps, gap_ms, ms
@@ -84,7 +85,6 @@ RAW_VARIANTS = {
 }
 CSV_FIRST: tuple[str, ...] = ("shape", "variant", "concurrency", "repeat")
 CSV_FIRST += ("output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "flips")  # the columns the sweep's readers expect
-CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
 
 
 @dataclass(frozen=True)

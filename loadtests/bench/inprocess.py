@@ -205,11 +205,10 @@ def streamed(
 def prepare_process(config: Any) -> int:
     """Set this process up to start the config's engines (`replicas.env`, e.g. SGLANG_SIMULATE_ACC_LEN,
     read when a scheduler starts; the CPU shim before sglang's kernels load); the model's vocab size."""
-    from deployments.config import Device
+    from deployments.config import CPU_ENV, Device
 
     os.environ.update(config.replicas.env)
     if config.engine.device is Device.CPU:
-        from loadtests.rawvsapp.run import CPU_ENV
         from patched_worker.cpu.shim import enable
 
         os.environ.update(CPU_ENV)

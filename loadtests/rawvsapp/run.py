@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from deployments.client import SpecflipClient
+from deployments.config import CPU_ENV
 from loadtests.calibrate.run import load_ceiling
 from loadtests.locust.config import LoadConfig
 from loadtests.locust.run import run_locust
@@ -55,7 +56,6 @@ from loadtests.sweep.launcher import CommandLauncher, Variant, VariantSpec, free
 __all__ = ["Point", "build_parser", "main"]
 
 _BIND_FAILED = "error while attempting to bind"
-CPU_ENV = {"SPECFLIP_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1"}
 
 
 @dataclass(frozen=True, kw_only=True)
