@@ -290,6 +290,12 @@ class PolicySettings(Settings):
     )
     ttl_s: float = Field(default=30.0, description="Forget a replica that has not reported for this long.")
 
+    @property
+    def longest_on_wait_s(self) -> float:
+        """The longest a wish to turn ON can be made to hold (the rule's learned wait at its cap)."""
+        on_wait = max(self.on_persist_s, self.on_persist_max_s) if self.on_persist_s > 0 else 0.0
+        return max(self.persist_s, on_wait)
+
     @model_validator(mode="after")
     def _ordered(self) -> Self:
         if not 0 <= self.low < self.high:

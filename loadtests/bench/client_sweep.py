@@ -275,8 +275,7 @@ class Sweep:
         low load again (turning ON waits up to `on_persist_max_s` of low load, `dwell_s` after the last
         flip), so the first measured run starts in the mode the policy gives its level, not the warm-up's."""
         p = self.policy
-        on_wait = max(p.persist_s, p.on_persist_s, p.on_persist_max_s if p.on_persist_s > 0 else 0.0)
-        pause = on_wait + p.dwell_s + 2 * p.tick_s
+        pause = p.longest_on_wait_s + p.dwell_s + 2 * p.tick_s
         log(f"app settles {pause:.1f} s after its warm-up (turning ON's wait + dwell_s + two ticks)")
         time.sleep(pause)
 

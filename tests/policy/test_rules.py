@@ -428,3 +428,10 @@ def test_learned_gaps_are_bounded_and_forgotten() -> None:
 def test_with_on_persist_s_zero_nothing_is_learned() -> None:
     config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0, on_persist_s=0)
     drive_one(config, [(0.0, 9, OFF, FLIP), (0.5, 0, ON, FLIP), (4.5, 9, OFF, FLIP), (5.0, 0, ON, FLIP)])
+
+
+def test_longest_on_wait_is_the_learned_wait_at_its_cap() -> None:
+    # the capped scenario above turned ON 6 s after the load fell: that is the longest wait
+    assert PolicyConfig(on_persist_max_s=6.0).longest_on_wait_s == 6.0
+    assert PolicyConfig(on_persist_s=12.0, on_persist_max_s=6.0).longest_on_wait_s == 12.0
+    assert PolicyConfig(on_persist_s=0, persist_s=2.0, on_persist_max_s=6.0).longest_on_wait_s == 2.0
