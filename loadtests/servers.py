@@ -135,6 +135,7 @@ class CpuMeter:
     def __init__(self, pids: Callable[[], Mapping[str, Sequence[int]]], children: bool = True) -> None:
         self.pids, self.children = pids, children
         self._t0 = 0.0
+        self.wall_s = 0.0  # the last window's length (set by stop)
         self._cpu0: dict[str, float] = {}
 
     def _read(self) -> dict[str, float]:
@@ -144,6 +145,6 @@ class CpuMeter:
         self._t0, self._cpu0 = time.monotonic(), self._read()
 
     def stop(self) -> dict[str, float]:
-        dt = max(1e-6, time.monotonic() - self._t0)
+        self.wall_s = dt = max(1e-6, time.monotonic() - self._t0)
         now = self._read()
         return {name: max(0.0, (now[name] - self._cpu0.get(name, 0.0)) / dt) for name in now}

@@ -169,7 +169,8 @@ class Sweep:
             poller_client, interval=0.5, fetch=None if app else partial(raw_samples, url, variant)
         )
         started = time.time()
-        with poller, RunCpu(serving_pids(self.raw_pid)) as cpu, self.profile(variant, c, k):
+        pids = serving_pids(self.raw_pid)
+        with poller, RunCpu(pids) as cpu, self.profile(pids, variant, c, k):
             result = self.client.run(**kwargs)
         ended = time.time()
         duration = float(result.get("duration") or (ended - started))
@@ -225,12 +226,14 @@ class Sweep:
         )
         self.write()
 
-    def profile(self, variant: str, c: int, k: int) -> contextlib.AbstractContextManager[Any]:
-        """py-spy and the CPU of every serving process during this run, at the `--profile-at` levels."""
+    def profile(
+        self, pids: dict[str, int], variant: str, c: int, k: int
+    ) -> contextlib.AbstractContextManager[Any]:
+        """py-spy of the serving processes `pids` during this run, at the `--profile-at` levels."""
         if c not in self.args.profile_at:
             return contextlib.nullcontext()
         delay, seconds = self.args.profile_window
-        return RunProfile(serving_pids(self.raw_pid), self.out, f"{variant}-c{c}-r{k}", delay, seconds)
+        return RunProfile(pids, self.out, f"{variant}-c{c}-r{k}", delay, seconds)
 
     def levels(self) -> list[tuple[int, int]]:
         return [(c, k) for c in self.args.concurrency for k in range(self.args.repeat)]

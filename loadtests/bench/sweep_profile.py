@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 from types import TracebackType
 
@@ -51,16 +50,17 @@ class RunCpu:
         found = {name: [pid] for name, pid in pids.items() if name != "client"}
         self._meter = CpuMeter(lambda: found, children=False)
         self.cores: dict[str, float] = {}
-        self.wall_s = 0.0
+
+    @property
+    def wall_s(self) -> float:
+        return self._meter.wall_s
 
     def __enter__(self) -> RunCpu:
-        self._t0 = time.monotonic()
         self._meter.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.cores = self._meter.stop()
-        self.wall_s = max(1e-6, time.monotonic() - self._t0)
 
     def front(self) -> float | None:
         return next((self.cores[name] for name in FRONT if name in self.cores), None)

@@ -8,10 +8,11 @@ manager; under load it always has work ready. A thread that waits for the GIL be
 gets it when the loop's thread is made to drop it (Python's switch interval, 5 ms); how often one
 tokenization waits so is not counted here, only what it adds up to. The saturated loop here is
 `--busy-tasks` coroutines that each run Python for `--busy-us` and yield (`asyncio.sleep(0)`), so
-ready callbacks never run out, as with many streams at once. Each sample tokenizes one `--chars`-character text with
-`deployments.replica.prompts.tokenize_prompt` (text up to INLINE_BYTES: on the loop) and with the
-same work handed to the replica's tokenizing thread (`_WORKER`, how every prompt went before);
-latency p50 / p90 / max per case. Writes the table to stdout and JSON to --out.
+ready callbacks never run out, as with many streams at once. Each sample tokenizes one
+`--chars`-character text with `deployments.replica.prompts.tokenize_prompt` (text up to
+INLINE_BYTES: on the loop) and with the same work handed to the replica's tokenizing thread
+(`_WORKER`, how every prompt went before); latency p50 / p90 / max per case. Writes the table to
+stdout and JSON to --out.
 """
 
 from __future__ import annotations
