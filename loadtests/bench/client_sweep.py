@@ -33,7 +33,9 @@ across variants.
 
 Every run's CPU (the kernel's counters, `sweep_profile.RunCpu`): `front_cpu_cores` and
 `front_cpu_us_per_token` of the process in front of the engine (the app's replica, SGLang's HTTP +
-tokenizer process; near one core it is the bottleneck), and `scheduler_cpu_cores`.
+tokenizer process; near one core it is the bottleneck), `scheduler_cpu_cores`, and for the app the
+processes on a request's way to its replica, `router_cpu_cores` (Ray's LLMRouter) and
+`haproxy_cpu_cores`.
 
 Writes into --out after every run: sweep.csv (shape, variant, concurrency, repeat, output_tok_s,
 ttft_p50_ms, tpot_p50_ms, flips, then the rest), results.json, status.csv, and per run SGLang's
@@ -68,13 +70,7 @@ from loadtests.sweep.control import (
     raw_samples,
 )
 
-__all__ = [
-    "APP_VARIANTS",
-    "CSV_FIRST",
-    "SweepRun",
-    "main",
-    "rotated",
-]
+__all__ = ["APP_VARIANTS", "CSV_FIRST", "SweepRun", "main", "rotated"]
 
 # variant -> raw_sglang's arguments: SGLang's server with the config's draft, without it, and with its
 # own engine-internal adaptive steps (`--speculative-adaptive`, SGLang's default candidates; topk 1 only)
@@ -124,6 +120,10 @@ class SweepRun:
     front_cpu_us_per_token: float | None
     front_cpu_cores: float | None
     scheduler_cpu_cores: float | None
+    # the app's way to its replica (None for a raw server): Ray's ingress request router (LLMRouter),
+    # which HAProxy asks for a replica per request, and Serve's HAProxy
+    router_cpu_cores: float | None
+    haproxy_cpu_cores: float | None
     started: float  # epoch seconds
 
 
@@ -179,15 +179,8 @@ class Sweep:
         window = [s for s in samples if s.t >= ended - duration]
         fractions = load_fractions(window, c)
         for s in samples:
-            self.status_rows.append(
-                {
-                    "variant": variant,
-                    "concurrency": c,
-                    "repeat": k,
-                    **asdict(s),
-                    "t_rel": round(s.t - started, 3),
-                }
-            )
+            row = {"variant": variant, "concurrency": c, "repeat": k, **asdict(s)}
+            self.status_rows.append({**row, "t_rel": round(s.t - started, 3)})
         engine = None
         if referee is not None:
             tokens = referee.tokens(started, ended) if hasattr(referee, "tokens") else None
@@ -212,6 +205,8 @@ class Sweep:
             idle_fraction=None if fractions is None else round(fractions[1], 3),
             front_cpu_us_per_token=cpu.front_us_per(int(result.get("total_output_tokens") or 0)),
             front_cpu_cores=_round(cpu.front(), 2), scheduler_cpu_cores=_round(cpu.cores.get("scheduler"), 2),
+            router_cpu_cores=_round(cpu.cores.get("router"), 3),
+            haproxy_cpu_cores=_round(cpu.cores.get("haproxy"), 3),
             started=round(started, 3),
         )  # fmt: skip
         self.runs.append(run)
@@ -222,6 +217,8 @@ class Sweep:
             + f", batch {run.engine_running}, queue {run.engine_queued}"
             + f"; sampled: running {run.sampled_running}, full {run.full_fraction}, idle {run.idle_fraction}"
             + f"; CPU cores: front {run.front_cpu_cores}, scheduler {run.scheduler_cpu_cores}"
+            + ("" if run.router_cpu_cores is None else f", router {run.router_cpu_cores}")
+            + ("" if run.haproxy_cpu_cores is None else f", haproxy {run.haproxy_cpu_cores}")
             + ("" if run.flips is None else f", {run.flips} flips, ON {run.on_fraction:.0%} of samples")
         )
         self.write()

@@ -95,6 +95,10 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
         # process) and the scheduler used over the run, read from the kernel's counters
         assert float(r["front_cpu_us_per_token"]) > 0 and float(r["front_cpu_cores"]) > 0, r
         assert float(r["scheduler_cpu_cores"]) > 0, r
+        # and the app's way to its replica: Ray's ingress request router and Serve's HAProxy, found
+        # among the app's processes (a raw server has neither)
+        ours = variant not in ("raw_plain", "sglang_adaptive")
+        assert (r["router_cpu_cores"] != "") is ours and (r["haproxy_cpu_cores"] != "") is ours, r
         # the gaps between streamed chunks, measured alike for every variant
         assert 0 < float(r["chunk_itl_p50_ms"]) <= float(r["chunk_itl_p99_ms"]), r
         if variant != "sglang_adaptive":
