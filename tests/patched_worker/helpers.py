@@ -12,6 +12,7 @@ __all__ = [
     "greedy",
     "mixed_prompts",
     "random_schedule",
+    "reset_on",
     "run_staggered",
     "submit_staggered",
 ]
@@ -76,3 +77,14 @@ def first_mismatch(got: list[list[int]], want: list[list[int]]) -> str | None:
 def random_schedule(rng: random.Random, horizon: int = 30) -> list[int]:
     """Flip points (decode steps from now) for one run: 3-10 flips at random iterations."""
     return sorted(rng.sample(range(1, horizon), k=rng.randint(3, 10)))
+
+
+def reset_on(engine, strategy=None) -> None:
+    """A shared speculative engine back to ON with no scheduled flip (and `strategy`, warm_kv by
+    default): the state every test of it starts from, whatever the tests before it left."""
+    from patched_worker.state import Strategy
+
+    engine.schedule_flips([])  # a flip left over from an earlier schedule must not fire here
+    engine.set_strategy(strategy or Strategy.WARM_KV)
+    engine.set_speculation(True)
+    engine.generate(input_ids=[[1, 2, 3]], sampling_params=greedy(2))  # applies the pending mode

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.patched_worker.helpers import NEW_TOKENS, first_mismatch, greedy, mixed_prompts
+from tests.patched_worker.helpers import NEW_TOKENS, first_mismatch, greedy, mixed_prompts, reset_on
 
 pytestmark = pytest.mark.engine
 
@@ -50,6 +50,7 @@ def test_plain_engine_matches_hf_transformers_greedy(model_pair, prompts, plain_
 @pytest.mark.parametrize(("topk", "steps", "draft_tokens"), [(1, 3, 4), (4, 3, 8)])
 def test_eagle3_greedy_equals_plain_batched(engines, prompts, plain_ids, topk, steps, draft_tokens):
     engine = engines.spec(topk, steps, draft_tokens)
+    reset_on(engine)  # the shared engine as configured, whatever the tests before this one left
     outs = engine.generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
     ids = [o["output_ids"] for o in outs]
     assert first_mismatch(ids, plain_ids) is None, first_mismatch(ids, plain_ids)

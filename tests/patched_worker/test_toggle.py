@@ -25,6 +25,7 @@ from tests.patched_worker.helpers import (
     greedy,
     mixed_prompts,
     random_schedule,
+    reset_on,
     run_staggered,
 )
 
@@ -42,13 +43,6 @@ def prompts(model_pair):
 def reference(engines, prompts):
     outs = engines.plain().generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
     return [o["output_ids"] for o in outs]
-
-
-def _reset(engine, strategy: Strategy):
-    engine.schedule_flips([])  # a flip left over from an earlier schedule must not fire here
-    engine.set_strategy(strategy)
-    engine.set_speculation(True)
-    engine.generate(input_ids=[[1, 2, 3]], sampling_params=greedy(2))  # applies the pending mode
 
 
 def _toggle_runs(engine, prompts, reference, label: str, seeds: int = 6) -> None:
@@ -79,7 +73,7 @@ def _assert_toggled(before, after) -> None:
 @pytest.mark.parametrize("strategy", [Strategy.WARM_KV, Strategy.FULL_EXTEND])
 def test_random_toggle_schedules_match_plain(engines, prompts, reference, strategy, topk):
     engine = engines.spec(*CONFIGS[topk])
-    _reset(engine, strategy)
+    reset_on(engine, strategy)
     before = engine.get_speculation_state()
     _toggle_runs(engine, prompts, reference, f"{strategy.value}-{topk}")
     after = engine.get_speculation_state()
@@ -93,7 +87,7 @@ def test_random_toggle_schedules_match_plain(engines, prompts, reference, strate
 def test_random_toggle_schedules_match_plain_under_the_overlap_scheduler(engines, prompts, reference):
     """The GPU default: results processed one step late, spec state relayed through SGLang's FutureMap."""
     engine = engines.spec_overlap(4, 3, 8)
-    _reset(engine, Strategy.WARM_KV)
+    reset_on(engine, Strategy.WARM_KV)
     before = engine.get_speculation_state()
     _toggle_runs(engine, prompts, reference, "overlap")
     _assert_toggled(before, engine.get_speculation_state())
@@ -101,7 +95,7 @@ def test_random_toggle_schedules_match_plain_under_the_overlap_scheduler(engines
 
 def test_flips_through_the_control_rpc_at_random_times(engines, prompts, reference):
     engine = engines.spec(*CONFIGS[1])
-    _reset(engine, Strategy.WARM_KV)
+    reset_on(engine, Strategy.WARM_KV)
     stop = threading.Event()
     rng = random.Random(7)
 
@@ -123,7 +117,7 @@ def test_flips_through_the_control_rpc_at_random_times(engines, prompts, referen
 
 def _accept_after_reenable(engine, prompts, strategy: Strategy, off_steps: int = 12, window: int = 6):
     """Mean accept length over the first `window` verify steps after an OFF stretch."""
-    _reset(engine, strategy)
+    reset_on(engine, strategy)
     engine.schedule_flips([3, 3 + off_steps])
     got = run_staggered(engine, prompts, [NEW_TOKENS] * len(prompts), [0.0] * len(prompts))
     trace = engine.get_speculation_state().trace
@@ -145,7 +139,7 @@ def test_cold_stays_correct_but_loses_acceptance(engines, prompts, reference):
 
 def test_flip_on_an_idle_engine_is_harmless_and_idempotent(engines, prompts, reference):
     engine = engines.spec(*CONFIGS[4])
-    _reset(engine, Strategy.WARM_KV)
+    reset_on(engine, Strategy.WARM_KV)
     for enabled in (False, False, True, True, False):
         engine.set_speculation(enabled)
     state = engine.get_speculation_state()
@@ -161,7 +155,7 @@ def test_flip_on_an_idle_engine_is_harmless_and_idempotent(engines, prompts, ref
 def test_flip_while_requests_wait_for_memory(engines, model_pair):
     """More requests than the KV cache holds at once: some wait in the queue across flips."""
     engine = engines.spec(*CONFIGS[1])
-    _reset(engine, Strategy.WARM_KV)
+    reset_on(engine, Strategy.WARM_KV)
     many = mixed_prompts(model_pair, [101] * 48 + LENGTHS)
     want = engines.plain().generate(input_ids=many, sampling_params=greedy(24))
     seen_waiting = []
@@ -203,7 +197,7 @@ def test_logprobs_match_plain_with_speculation_on_off_and_toggled(engines, promp
     assert all(len(steps) == 20 and all(len(s) == 3 for s in steps) for steps in want_top)
     engine = engines.spec(*CONFIGS[1])
     for label, flips in (("off", None), ("on", None), ("toggled", [2, 5, 6, 9, 13])):
-        _reset(engine, Strategy.WARM_KV)
+        reset_on(engine, Strategy.WARM_KV)
         before = engine.get_speculation_state()
         if flips:
             engine.schedule_flips(flips)
