@@ -59,13 +59,17 @@ def run_off_prefill(worker, batch, on_publish, write_kv: bool):
     The result's draft input holds the sampled tokens and shape-valid zero top-k / hidden state
     (upstream's stubs for a skipped draft extend), which nothing reads before the resync replaces them.
     """
+    # spec-v2 convention, as upstream: seq_lens stays the committed length. Upstream publishes it at
+    # the target's end (its draft prefill follows); a prefill's lengths are known before its forward,
+    # so publish first, as the OFF step does: the overlap scheduler's next iteration waits on this
+    # fence (FutureMap.resolve_seq_lens_cpu), and at the target's end it would leave the GPU idle
+    # while the host builds the next batch.
+    if on_publish is not None:
+        on_publish(batch.seq_lens)
     result = worker.target_worker.forward_batch_generation(
         batch, capture_hidden_mode=CaptureHiddenMode.FULL if write_kv else CaptureHiddenMode.NULL
     )
-    # spec-v2 convention, as upstream: seq_lens stays the committed length; publish at target end
     result.new_seq_lens = batch.seq_lens
-    if on_publish is not None:
-        on_publish(result.new_seq_lens)
     if write_kv:
         positions, next_tokens = shifted_rows(
             batch.input_ids,
