@@ -28,6 +28,11 @@
 #                   ($CHAIN_RESULTS/fitted.yaml: CHAIN_CONFIG with the goodput priors fitted on this host)
 #   CHAIN_SWEEP     arguments of loadtests.bench.client_sweep (SGLang's own client over the app's
 #                   variants and SGLang's servers); when set, that step runs before rawvsapp
+#   CHAIN_BEFORE / CHAIN_BEFORE_SWEEP  a before/after on one host: the app of another source tree (CHAIN_BEFORE,
+#                   e.g. an older commit's, `git archive REV | tar -x -C before`; untracked, it travels with the
+#                   working tree) driven by this tree's client_sweep with CHAIN_BEFORE_SWEEP's arguments
+#                   (`--app-tree`; app variants only, the raw servers are the same code), into $CHAIN_RESULTS/before,
+#                   right after the sweep
 #   CHAIN_CLOSED / CHAIN_OPEN  arguments of loadtests.bench.client_transition --workload closed / open
 #                   (phases and SLOs); when set, those steps run after the sweep
 #   CHAIN_GPU_TESTS pytest arguments of the GPU correctness tests (e.g.
@@ -150,6 +155,11 @@ if [ -n "${CHAIN_SWEEP:-}" ]; then
   # shellcheck disable=SC2086  # a list of words
   step sweep python3 -m loadtests.bench.client_sweep --config "$CONFIG" --out "$R/sweep" $CHAIN_SWEEP || exit 1
   pack_jit
+fi
+if [ -n "${CHAIN_BEFORE:-}" ]; then
+  # shellcheck disable=SC2086  # a list of words
+  step before python3 -m loadtests.bench.client_sweep --config "$CONFIG" --out "$R/before" \
+    --app-tree "$CHAIN_BEFORE" ${CHAIN_BEFORE_SWEEP:?CHAIN_BEFORE needs CHAIN_BEFORE_SWEEP} || exit 1
 fi
 for workload in closed open; do
   args_var=CHAIN_${workload^^}

@@ -6,17 +6,60 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["APP_VARIANTS", "AppSession", "Served", "app_variants", "keep_logs", "log"]
+__all__ = [
+    "APP_VARIANTS",
+    "AppSession",
+    "Served",
+    "add_app_args",
+    "app_command",
+    "app_variants",
+    "keep_logs",
+    "log",
+]
 
 APP_VARIANTS = {"on": "on", "off": "off", "dynamic": "auto"}  # variant -> the override that makes it
+
+
+def add_app_args(p: argparse.ArgumentParser) -> None:
+    """Which app the client drives: one it starts from this tree (default), from another tree, or
+    one that runs already."""
+    p.add_argument(
+        "--target",
+        help="URL of an app that runs already: its variants by override ($SPECFLIP_CONTROL_TOKEN), "
+        "no app started; --config still names the model and the raw servers' engine",
+    )
+    p.add_argument(
+        "--app-tree",
+        type=Path,
+        help="start the app from this source tree instead of this one (e.g. an older commit's, "
+        "`git archive REV | tar -x -C DIR`), with --config's engine and model: a before/after on one host",
+    )
+
+
+def app_command(tree: Path | None, python: str = sys.executable) -> tuple[str, dict[str, str]]:
+    """The app's launch command ({config}, {port} left for the launcher) and its environment. From
+    another tree, the command runs there with that tree first on PYTHONPATH and this tree's root
+    off it, so no module of this tree stands in for one the other tree lacks."""
+    env = dict(os.environ)
+    cmd = f"{python} -m deployments serve --config {{config}} --port {{port}}"
+    if tree is None:
+        return cmd, env
+    tree = tree.resolve()
+    if not (tree / "deployments" / "__main__.py").is_file():
+        raise SystemExit(f"--app-tree {tree}: no deployments/__main__.py there (a specflip source tree?)")
+    here = Path(__file__).resolve().parents[2]
+    kept = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e and Path(e).resolve() != here]
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *kept])
+    return f"cd {shlex.quote(str(tree))} && exec {cmd}", env
 
 
 def log(msg: str) -> None:
@@ -47,14 +90,20 @@ class AppSession:
             Variant(v): VariantSpec(Variant(v), str(args.config), APP_VARIANTS[v], f"app {v}")
             for v in variants
         }
-        env = {**os.environ, "SPECFLIP_CONTROL_TOKEN": self.token}
         self.launcher: CommandLauncher | ExternalApp
         if args.target:
             self.launcher = ExternalApp(args.target, self.token, specs=specs, log=log)
         else:
+            tree = getattr(args, "app_tree", None)
+            if tree is not None:  # the app starts in the other tree's folder: the config by its full path
+                specs = {
+                    v: replace(spec, config=str(Path(spec.config).resolve())) for v, spec in specs.items()
+                }
+            cmd, env = app_command(tree)
+            env["SPECFLIP_CONTROL_TOKEN"] = self.token
             self.launcher = CommandLauncher(
-                f"{sys.executable} -m deployments serve --config {{config}} --port {{port}}", token=self.token,
-                specs=specs, ready_timeout=args.ready_timeout, log_dir=out / "app", env=env, log=log,
+                cmd, token=self.token, specs=specs, ready_timeout=args.ready_timeout, log_dir=out / "app",
+                env=env, log=log,
             )  # fmt: skip
         self._out = out
         self._url = ""

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from deployments.config import CPU_ENV
-from loadtests.bench.app_session import APP_VARIANTS, AppSession, log
+from loadtests.bench.app_session import APP_VARIANTS, AppSession, add_app_args, log
 from loadtests.bench.mode_plots import plot_modes
 from loadtests.bench.sglang_bench import SglangClient, chunk_gaps, gap_ms, ms
 from loadtests.bench.sweep_profile import DELAY_S, SECONDS, RunCpu, RunProfile, serving_pids
@@ -374,11 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one unmeasured run at the highest level before the app's and each raw server's first (1)",
     )
     p.add_argument("--ready-timeout", type=float, default=900.0)
-    p.add_argument(
-        "--target",
-        help="URL of an app that runs already: its variants by override ($SPECFLIP_CONTROL_TOKEN), "
-        "no app started; --config still names the model and the raw servers' engine",
-    )
+    add_app_args(p)
     p.add_argument(
         "--profile-at",
         default="",

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from loadtests.bench.app_session import app_variants, log
+from loadtests.bench.app_session import add_app_args, app_variants, log
 from loadtests.bench.mode_plots import draw_modes
 from loadtests.bench.sglang_bench import SglangClient, ms
 
@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--tokenizer", help="tokenizer dir (default: the config's model)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--target", help="URL of an app that runs already (variants by override)")
+    add_app_args(p)
     p.add_argument("--ready-timeout", type=float, default=900.0)
     p.add_argument("--out", type=Path, default=Path("out/client_transition"))
     return p

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import tarfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +26,14 @@ def _chain_results(tmp: Path, files: dict[str, str]) -> tuple[Path, dict[str, st
     return out, {**os.environ, "CHAIN_RESULTS": str(results), "OUT": str(out)}
 
 
+@contextlib.contextmanager
+def _chain_holding_the_lock(results: Path) -> Iterator[None]:
+    """As serving_chain.sh holds `chain.lock` while it runs."""
+    with (results / "chain.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+
+
 def test_poll_packs_results_before_its_wait_ends(tmp_path: Path) -> None:
     files = {
         "sweep/sweep.csv": "shape,variant\ntree,on\n",
@@ -31,8 +43,12 @@ def test_poll_packs_results_before_its_wait_ends(tmp_path: Path) -> None:
     }
     out, env = _chain_results(tmp_path, files)
     env["POLL_EVERY"] = "1"
-    # a 60-s wait killed after 3 s, as the device tool kills a command at its limit
-    done = subprocess.run(["timeout", "3", "bash", str(POLL), "60"], env=env, capture_output=True, timeout=30)
+    # a chain runs (it holds the results folder's lock); a 60-s wait killed after 3 s, as the device
+    # tool kills a command at its limit
+    with _chain_holding_the_lock(tmp_path / "results"):
+        done = subprocess.run(
+            ["timeout", "3", "bash", str(POLL), "60"], env=env, capture_output=True, timeout=30
+        )
     assert done.returncode == 124
     assert sorted(p.name for p in out.iterdir()) == ["sweep.tgz"]  # no half-written pack left beside it
     with tarfile.open(out / "sweep.tgz") as tar:
@@ -49,3 +65,17 @@ def test_poll_without_a_wait_prints_progress_and_packs(tmp_path: Path) -> None:
     assert "[chain] fit: rc=0" in done.stdout
     with tarfile.open(out / "fit.tgz") as tar:
         assert "fitted.yaml" in tar.getnames()
+
+
+def test_poll_stops_waiting_once_no_chain_runs(tmp_path: Path) -> None:
+    """A chain that ended (its lock free) ends the wait at the next pack: a device command asked to
+    wait 60 s does not hold the machine for the rest of it."""
+    files = {"sweep/sweep.csv": "shape,variant\ntree,off\n", "progress.log": "[chain] all done\n"}
+    out, env = _chain_results(tmp_path, files)
+    (tmp_path / "results" / "chain.lock").touch()  # left by the chain that ended
+    env["POLL_EVERY"] = "1"
+    started = time.monotonic()
+    done = subprocess.run(["bash", str(POLL), "60"], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and time.monotonic() - started < 15
+    assert "no chain holds" in done.stdout and "[chain] all done" in done.stdout
+    assert (out / "sweep.tgz").is_file()
