@@ -17,11 +17,12 @@ a run shorter than 20 s shows. Referee: the engine's own decode tokens over the 
 `generated_tokens` for the app, the scheduler's decode lines for a raw server). Every 0.5 s the
 app's replicas' status (or a raw server's `/v1/loads`) is sampled into status.csv: running and waiting
 requests for every variant alike (sampled_running, full_fraction, idle_fraction: how much of a run
-the batch was full, and how much the engine sat idle between waves), and the app's flips and mode.
+the batch was full, and how much the engine sat idle between waves), and the app's mode and flips
+(`flips`: of the policy's desired mode; `engine_flips`: those the engines applied, their own count).
 App variants that follow each other in `--variants` share one app and run level by level (every
 variant at a level, then the next level; repeat k starts with the k-th variant); a raw server runs
-all its levels once started. The app and each raw server first get one
-unmeasured warm-up run at the highest level.
+all its levels once started. The app and each raw server first get one unmeasured warm-up run at
+the highest level.
 
 ITL comes twice. `itl_p50_ms`/`itl_p99_ms` are SGLang's own, and SGLang's client computes them two
 ways: for a server that reports an accept length on /server_info (SGLang's EAGLE-3 server:
@@ -94,7 +95,8 @@ class SweepRun:
     output_tok_s: float
     ttft_p50_ms: float | None
     tpot_p50_ms: float | None
-    flips: int | None  # flips of the app's replicas inside the run (None: a raw server)
+    flips: int | None  # flips of the app's replicas' desired mode inside the run (None: a raw server)
+    engine_flips: int | None  # of those, the flips their engines applied (the engines' own count)
     ttft_p99_ms: float | None
     tpot_p99_ms: float | None
     # SGLang's ITL: per token for a server reporting an accept length (raw_eagle, sglang_adaptive),
@@ -190,7 +192,7 @@ class Sweep:
             shape=a.shape, variant=variant, concurrency=c, repeat=k,
             output_tok_s=round(float(result.get("output_throughput") or 0.0), 1),
             ttft_p50_ms=ms(result, "median_ttft_ms"), tpot_p50_ms=ms(result, "median_tpot_ms"),
-            flips=flip_count(samples) if app else None,
+            flips=flip_count(samples) if app else None, engine_flips=flip_count(samples, True) if app else None,
             ttft_p99_ms=ms(result, "p99_ttft_ms"), tpot_p99_ms=ms(result, "p99_tpot_ms"),
             itl_p50_ms=ms(result, "median_itl_ms"), itl_p99_ms=ms(result, "p99_itl_ms"),
             chunk_itl_p50_ms=gap_ms(gaps, 50), chunk_itl_p99_ms=gap_ms(gaps, 99),
@@ -210,6 +212,7 @@ class Sweep:
             started=round(started, 3),
         )  # fmt: skip
         self.runs.append(run)
+        flips = f", flips {run.flips} (applied {run.engine_flips}), ON {run.on_fraction or 0:.0%}"
         log(
             f"{variant} c={c} repeat {k}: {run.output_tok_s:,.0f} tok/s over {run.duration_s:.1f} s "
             f"({run.completed}/{n} done; engine {run.engine_tok_s or 0:,.0f}), TTFT p50 {run.ttft_p50_ms} ms, "
@@ -219,7 +222,7 @@ class Sweep:
             + f"; CPU cores: front {run.front_cpu_cores}, scheduler {run.scheduler_cpu_cores}"
             + ("" if run.router_cpu_cores is None else f", router {run.router_cpu_cores}")
             + ("" if run.haproxy_cpu_cores is None else f", haproxy {run.haproxy_cpu_cores}")
-            + ("" if run.flips is None else f", {run.flips} flips, ON {run.on_fraction:.0%} of samples")
+            + ("" if run.flips is None else flips)
         )
         self.write()
 

@@ -68,9 +68,10 @@ class PhaseRun:
     completed: int
     prompts: int
     good_requests: int  # requests that met both SLOs (goodput's numerator)
-    flips: int
+    flips: int  # of the policy's desired mode, inside the phase
     on_fraction: float | None
     started: float  # epoch seconds
+    engine_flips: int = 0  # of those, the flips the engines applied (their own count)
 
 
 def parse_phases(text: str, workload: str) -> list[Phase]:
@@ -131,14 +132,14 @@ def run_variant(args: argparse.Namespace, client: SglangClient, served: Any, out
                 output_tok_s=round(float(result.get("output_throughput") or 0.0), 1),
                 ttft_p50_ms=ms(result, "median_ttft_ms"), tpot_p99_ms=ms(result, "p99_tpot_ms"),
                 completed=int(result.get("completed") or 0), prompts=ph.prompts, good_requests=good,
-                flips=flip_count(mine),
+                flips=flip_count(mine), engine_flips=flip_count(mine, applied=True),
                 on_fraction=None if not mine else round(on_fraction(mine) or 0.0, 3), started=round(started, 3),
             )  # fmt: skip
             runs.append(run)
             log(
                 f"{served.variant} phase {i} ({ph.load}): {run.output_tok_s:,.0f} tok/s over {run.duration_s:.1f} s, "
                 f"TPOT p50 {run.tpot_p50_ms} ms, TTFT p99 {run.ttft_p99_ms} ms, goodput {run.goodput_rps} req/s, "
-                f"{run.flips} flips"
+                f"{run.flips} flips ({run.engine_flips} applied)"
             )
     t0 = runs[0].started if runs else 0.0
     args.status_rows += [

@@ -42,8 +42,10 @@ class ReplicaSample:
     running: int
     waiting: int
     accept_length: float | None = None
-    flips: int = 0
+    flips: int = 0  # the policy's flips of the desired mode (reported by the policy actor)
     override: str = "auto"
+    # the flips the engine applied (its `toggles`): a desired mode the engine never took is not here
+    engine_flips: int = 0
 
     @classmethod
     def from_status(cls, t: float, d: dict[str, Any]) -> ReplicaSample:
@@ -58,6 +60,7 @@ class ReplicaSample:
             accept_length=None if acc is None else float(acc),
             flips=int(d.get("flips") or 0),
             override=str(d.get("override", "auto")),
+            engine_flips=int((d.get("engine") or {}).get("toggles") or 0),
         )
 
 
@@ -173,9 +176,10 @@ def on_fraction(samples: list[ReplicaSample]) -> float | None:
     return sum(1 for s in samples if s.mode == "on") / len(samples) if samples else None
 
 
-def flip_count(samples: list[ReplicaSample]) -> int:
-    """Flips inside the samples: per replica, the growth of its reported flip count."""
+def flip_count(samples: list[ReplicaSample], applied: bool = False) -> int:
+    """Flips inside the samples: per replica, the growth of its reported flip count (the policy's
+    desired mode; `applied`: the engine's own count of flips it took)."""
     by_replica: dict[str, list[int]] = {}
     for s in samples:
-        by_replica.setdefault(s.replica_id, []).append(s.flips)
+        by_replica.setdefault(s.replica_id, []).append(s.engine_flips if applied else s.flips)
     return sum(max(v) - v[0] for v in by_replica.values())

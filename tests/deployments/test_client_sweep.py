@@ -91,6 +91,8 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
         assert int(r["completed"]) == int(r["prompts"]) == 8, r
         assert float(r["output_tok_s"]) > 0 and float(r["tpot_p50_ms"]) > 0, r
         assert (r["flips"] == "") is (variant in ("raw_plain", "sglang_adaptive")), r  # flips are the app's
+        # and so are the flips its engine applied (its own count, beside the policy's desired flips)
+        assert (r["engine_flips"] == "") is (r["flips"] == "") and int(r["engine_flips"] or 0) >= 0, r
         # the CPU the process in front of the engine (the app's replica, SGLang's HTTP + tokenizer
         # process) and the scheduler used over the run, read from the kernel's counters
         assert float(r["front_cpu_us_per_token"]) > 0 and float(r["front_cpu_cores"]) > 0, r
@@ -161,6 +163,10 @@ def test_client_transition_runs_the_same_phases_for_each_variant(
         # generous SLOs: every request is good, and goodput is their rate over the phase
         assert int(r["good_requests"]) == int(r["prompts"]), r
         assert float(r["goodput_rps"]) == pytest.approx(int(r["prompts"]) / float(r["duration_s"]), rel=0.1)
+        # the engine's own flips: none while held OFF once the first phase has begun
+        assert int(r["engine_flips"]) >= 0, r
+        if r["variant"] == "off" and r["phase"] != "0":
+            assert r["engine_flips"] == "0", r
     doc = json.loads((out / "results.json").read_text())
     for v in ("dynamic", "off"):
         total = sum(float(r["duration_s"]) for r in rows if r["variant"] == v)
