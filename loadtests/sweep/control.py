@@ -46,10 +46,11 @@ class ReplicaSample:
     override: str = "auto"
     # the flips the engine applied (its `toggles`): a desired mode the engine never took is not here
     engine_flips: int = 0
+    report_age_s: float | None = None  # how old the replica's last report to the policy was
 
     @classmethod
     def from_status(cls, t: float, d: dict[str, Any]) -> ReplicaSample:
-        acc = d.get("accept_length")
+        acc, age = d.get("accept_length"), d.get("last_report_age_s")
         return cls(
             t=t,
             replica_id=str(d["replica_id"]),
@@ -61,6 +62,7 @@ class ReplicaSample:
             flips=int(d.get("flips") or 0),
             override=str(d.get("override", "auto")),
             engine_flips=int((d.get("engine") or {}).get("toggles") or 0),
+            report_age_s=None if age is None else float(age),
         )
 
 

@@ -54,7 +54,14 @@ def test_applied_flips_are_the_engines_own_count_from_the_status() -> None:
     desired mode flipped twice, the engine never): `flips` counts the desire, `engine_flips` what the
     engine took (its `toggles` in `/specflip/status`)."""
     statuses = [
-        {"replica_id": "r0", "mode": "off", "desired_mode": "off", "flips": 7, "engine": {"toggles": 5}},
+        {
+            "replica_id": "r0",
+            "mode": "off",
+            "desired_mode": "off",
+            "flips": 7,
+            "engine": {"toggles": 5},
+            "last_report_age_s": 2.4,
+        },
         {"replica_id": "r0", "mode": "off", "desired_mode": "on", "flips": 8, "engine": {"toggles": 5}},
         {"replica_id": "r0", "mode": "off", "desired_mode": "off", "flips": 9, "engine": {"toggles": 5}},
         {"replica_id": "r0", "mode": "on", "desired_mode": "on", "flips": 10, "engine": {"toggles": 6}},
@@ -62,6 +69,8 @@ def test_applied_flips_are_the_engines_own_count_from_the_status() -> None:
     samples = [ReplicaSample.from_status(0.5 * i, d) for i, d in enumerate(statuses)]
     assert flip_count(samples) == 3
     assert flip_count(samples, applied=True) == 1
+    # and how old the replica's report was: a stale one reads as a load that did not move
+    assert [s.report_age_s for s in samples] == [2.4, None, None, None]
     # a replica whose engine reported nothing yet (no `engine`): no applied flips, not an error
     bare = ReplicaSample.from_status(0.0, {"replica_id": "r1", "flips": 2})
     assert bare.engine_flips == 0 and flip_count([bare], applied=True) == 0
