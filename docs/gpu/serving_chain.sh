@@ -29,10 +29,10 @@
 #   CHAIN_SWEEP     arguments of loadtests.bench.client_sweep (SGLang's own client over the app's
 #                   variants and SGLang's servers); when set, that step runs before rawvsapp
 #   CHAIN_BEFORE / CHAIN_BEFORE_SWEEP  a before/after on one host: the app of another source tree (CHAIN_BEFORE,
-#                   e.g. an older commit's, `git archive REV | tar -x -C before`; untracked, it travels with the
-#                   working tree) driven by this tree's client_sweep with CHAIN_BEFORE_SWEEP's arguments
-#                   (`--app-tree`; app variants only, the raw servers are the same code), into $CHAIN_RESULTS/before,
-#                   right after the sweep
+#                   e.g. an older commit's packages, `git archive REV deployments patched_worker policy | tar -x -C
+#                   .gpu-bundle/before`, carried with the last part) driven by this tree's client_sweep with
+#                   CHAIN_BEFORE_SWEEP's arguments (`--app-tree`; app variants only, the raw servers are the same
+#                   code), into $CHAIN_RESULTS/before, right after the sweep
 #   CHAIN_CLOSED / CHAIN_OPEN  arguments of loadtests.bench.client_transition --workload closed / open
 #                   (phases and SLOs); when set, those steps run after the sweep
 #   CHAIN_GPU_TESTS pytest arguments of the GPU correctness tests (e.g.
