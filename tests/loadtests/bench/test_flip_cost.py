@@ -55,8 +55,12 @@ def test_flip_cost_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path) -> None:
     for r in data["levels"]:
         flips = r["flips"]
         assert [f["to"] for f in flips] == ["off", "on", "off"], r
+        # the batch the scheduler ran as the flip was asked for: users loop without a pause, but one
+        # flip can land between a request's end and the next one's prefill (batch 0, seen once in a
+        # fresh-clone CI run, 2026-12-05); the schedule as a whole runs under load
+        assert any(f["batch"] > 0 for f in flips), r
         for f in flips:
-            assert f["call_ms"] > 0 and 0 < f["batch"] <= r["concurrency"], f
+            assert f["call_ms"] > 0 and 0 <= f["batch"] <= r["concurrency"], f
             # read back from the scheduler: the request-to-step time, and the resync of the ON flip
             assert f["flip_ms"] is not None and f["flip_ms"] >= 0, f
             assert (f.get("resync_ms") is not None and f["resync_ms"] > 0) is (f["to"] == "on"), f
