@@ -2,8 +2,8 @@
 
 Patched (sglang 0.5.17 only; `check_sglang_version` refuses anything else):
 - `EAGLEWorkerV2.forward_batch_generation` (srt/speculative/eagle_worker_v2.py:1103):
-  decode steps go through `SpecSwitch.decode_step`, extend steps through `SpecSwitch.prefill_step`
-  (upstream's unless OFF, see off_prefill.py).
+  `SpecSwitch.step` times each batch and hands decode steps to `SpecSwitch.decode_step`, extend steps
+  to `SpecSwitch.prefill_step` (upstream's unless OFF, see off_prefill.py).
 - `EAGLEWorkerV2.on_verify_complete_cpu` (:1285): also feeds the switch's accept-length EMA.
 - `EAGLEWorkerV2.init_cuda_graphs` (:1072): also captures plain DECODE graphs for OFF steps.
 - `Scheduler.handle_rpc_request` (srt/managers/scheduler.py:4304): methods named
@@ -67,8 +67,9 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
     @functools.wraps(upstream_forward)
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
         extend = batch.forward_mode.is_extend() or batch.is_extend_in_batch
-        step = switch_of(self).prefill_step if extend else switch_of(self).decode_step
-        return step(functools.partial(upstream_forward, self), batch, on_publish, grammar_barrier)
+        return switch_of(self).step(
+            extend, functools.partial(upstream_forward, self), batch, on_publish, grammar_barrier
+        )
 
     @functools.wraps(upstream_init_graphs)
     def init_cuda_graphs(self):

@@ -89,6 +89,10 @@ class SpeculationState:
     decode_requests: int = 0
     # recent decode steps: (step index, mode "on"/"off"/"resync", batch size, mean accept length)
     trace: list[tuple[int, str, int, float]] = field(default_factory=list)
+    # steps whose host call took >= switch.SLOW_STEP_S, and the most recent of them: (step index, kind
+    # "prefill_on"/"prefill_off"/"on"/"off"/"resync"/"idle", batch size, host ms)
+    slow_steps: int = 0
+    slow_step_log: list[tuple[int, str, int, float]] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, text: str) -> SpeculationState:
@@ -98,6 +102,7 @@ class SpeculationState:
         if raw.get("strategy_configured") is not None:
             raw["strategy_configured"] = Strategy(raw["strategy_configured"])
         raw["trace"] = [tuple(t) for t in raw.get("trace", [])]
+        raw["slow_step_log"] = [tuple(t) for t in raw.get("slow_step_log", [])]
         return cls(**raw)
 
     def to_json(self) -> str:

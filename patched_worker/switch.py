@@ -32,6 +32,11 @@ __all__ = ["SpecSwitch"]
 logger = logging.getLogger(__name__)
 
 _MAX_STEP_GAP_S = 5.0  # a longer gap between two decode results is an idle period, not a step
+# a step whose host call took this long is recorded (kind, batch): normal steps take milliseconds on
+# the host; a kernel compiled on first use (Triton specializes some kernels per power-of-two batch
+# bucket), or a wait on the device, takes longer
+SLOW_STEP_S = 0.25
+_SLOW_STEP_LOG = 16  # the most recent slow steps kept for state queries
 
 
 class _ResyncTimer:
@@ -105,6 +110,10 @@ class SpecSwitch:
             maxlen=config.trace_len
         )
         self._lock = threading.Lock()
+        self.slow_steps = 0
+        self.slow_step_log: collections.deque[tuple[int, str, int, float]] = collections.deque(
+            maxlen=_SLOW_STEP_LOG
+        )
         # the draft's layout, checked once: warm_kv falls back to full_extend where it cannot write the K/V
         self.warm_kv_unsupported = draft_sync.warm_kv_unsupported(worker)
         self.strategy_configured = config.strategy
@@ -147,6 +156,26 @@ class SpecSwitch:
             if self._requested_t is not None:  # asked by RPC (a scripted flip has no request time)
                 self.last_flip_ms = (time.perf_counter() - self._requested_t) * 1e3
         self._requested_t = None
+
+    def step(self, extend: bool, upstream, batch, on_publish, grammar_barrier):
+        """One forward batch through `prefill_step` or `decode_step`, its host time checked against
+        SLOW_STEP_S (recorded with the step's kind and batch size)."""
+        before = (self.on_steps, self.off_steps, self.resyncs)
+        started = time.perf_counter()
+        result = (self.prefill_step if extend else self.decode_step)(
+            upstream, batch, on_publish, grammar_barrier
+        )
+        took = time.perf_counter() - started
+        if took >= SLOW_STEP_S:
+            self.note_slow_step(_kind(extend, self.enabled, before, self), _batch_size(batch), took)
+        return result
+
+    def note_slow_step(self, kind: str, batch_size: int, seconds: float) -> None:
+        self.slow_steps += 1
+        self.slow_step_log.append((self._step, kind, batch_size, round(seconds * 1e3, 1)))
+        logger.info(
+            "specflip: slow %s step at batch %d: %.0f ms on the host", kind, batch_size, seconds * 1e3
+        )
 
     def prefill_step(self, upstream, batch, on_publish, grammar_barrier):
         """One extend batch: upstream's (target extend + draft prefill) unless OFF skips the draft forward."""
@@ -280,4 +309,21 @@ class SpecSwitch:
             decode_steps=self.decode_steps,
             decode_requests=self.decode_requests,
             trace=list(self.trace),
+            slow_steps=self.slow_steps,
+            slow_step_log=list(self.slow_step_log),
         )
+
+
+def _kind(extend: bool, enabled: bool, before: tuple[int, int, int], sw: SpecSwitch) -> str:
+    """What a step was, from the counters it moved: prefill_on/prefill_off, resync, on, off, idle."""
+    if extend:
+        return "prefill_on" if enabled else "prefill_off"
+    on, off, resyncs = before
+    if sw.resyncs > resyncs:
+        return "resync"
+    return "on" if sw.on_steps > on else "off" if sw.off_steps > off else "idle"
+
+
+def _batch_size(batch) -> int:
+    seq_lens = getattr(batch, "seq_lens", None)
+    return 0 if seq_lens is None else len(seq_lens)

@@ -87,6 +87,7 @@ _ENGINE: tuple[_Row, ...] = (
      lambda r, e: e.generated_tokens),
     ("control_timeouts", _C, "Replica control calls to the engine that timed out", (),
      lambda r, e: r.control_timeouts),
+    ("slow_steps", _C, "Engine steps whose host call took 0.25 s or more", (), lambda r, e: e.slow_steps),
 )  # fmt: skip
 
 

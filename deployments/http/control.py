@@ -156,6 +156,10 @@ def engine_document(e: SpeculationState, control_timeouts: int = 0) -> dict[str,
         "decode_steps": {"on": e.on_steps, "off": e.off_steps},
         "generated_tokens": e.generated_tokens,
         "control_timeouts": control_timeouts,
+        "slow_steps": e.slow_steps,
+        "slow_step_log": [
+            {"step": i, "kind": kind, "batch": bs, "host_ms": ms} for i, kind, bs, ms in e.slow_step_log
+        ],
         "sglang_version": e.sglang_version,
     }
 

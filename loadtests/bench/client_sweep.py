@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import itertools
 import json
 import os
 import sys
@@ -69,6 +70,7 @@ from loadtests.sweep.control import (
     mean_running,
     on_fraction,
     raw_samples,
+    slow_step_count,
 )
 
 __all__ = ["APP_VARIANTS", "CSV_FIRST", "SweepRun", "main", "rotated"]
@@ -212,7 +214,12 @@ class Sweep:
             started=round(started, 3),
         )  # fmt: skip
         self.runs.append(run)
-        flips = f", flips {run.flips} (applied {run.engine_flips}), ON {run.on_fraction or 0:.0%}"
+        app_text = (
+            f", flips {run.flips} (applied {run.engine_flips}), ON {run.on_fraction or 0:.0%}, "
+            f"slow engine steps {slow_step_count(samples)}"
+            if app
+            else ""
+        )
         log(
             f"{variant} c={c} repeat {k}: {run.output_tok_s:,.0f} tok/s over {run.duration_s:.1f} s "
             f"({run.completed}/{n} done; engine {run.engine_tok_s or 0:,.0f}), TTFT p50 {run.ttft_p50_ms} ms, "
@@ -222,7 +229,7 @@ class Sweep:
             + f"; CPU cores: front {run.front_cpu_cores}, scheduler {run.scheduler_cpu_cores}"
             + ("" if run.router_cpu_cores is None else f", router {run.router_cpu_cores}")
             + ("" if run.haproxy_cpu_cores is None else f", haproxy {run.haproxy_cpu_cores}")
-            + ("" if run.flips is None else flips)
+            + app_text
         )
         self.write()
 
@@ -420,18 +427,13 @@ def main(argv: list[str] | None = None) -> int:
     sweep = Sweep(args)
     started = time.monotonic()
     app = [v for v in variants if v in APP_VARIANTS]
-    i = 0
-    while i < len(variants):  # app variants that follow each other share one app start
-        v = variants[i]
-        if v in APP_VARIANTS:
-            group = []
-            while i < len(variants) and variants[i] in APP_VARIANTS:
-                group.append(variants[i])
-                i += 1
-            sweep.run_app(group)
+    # app variants that follow each other share one app start; each raw variant starts its own server
+    for is_app, group in itertools.groupby(variants, key=lambda v: v in APP_VARIANTS):
+        if is_app:
+            sweep.run_app(list(group))
         else:
-            sweep.run_raw(v)
-            i += 1
+            for v in group:
+                sweep.run_raw(v)
     sweep.write()
     if (args.out / "status.csv").exists():
         try:

@@ -69,9 +69,10 @@ class PhaseRun:
     prompts: int
     good_requests: int  # requests that met both SLOs (goodput's numerator)
     flips: int  # of the policy's desired mode, inside the phase
+    engine_flips: int  # of those, the flips the engines applied (their own count)
+    slow_steps: int  # engine steps whose host call took >= 0.25 s (the engines' own count)
     on_fraction: float | None
     started: float  # epoch seconds
-    engine_flips: int = 0  # of those, the flips the engines applied (their own count)
 
 
 def parse_phases(text: str, workload: str) -> list[Phase]:
@@ -107,7 +108,7 @@ def goodput_count(result: dict[str, Any], slo_ttft_ms: float, slo_tpot_ms: float
 
 
 def run_variant(args: argparse.Namespace, client: SglangClient, served: Any, out: Path) -> list[PhaseRun]:
-    from loadtests.sweep.control import StatusPoller, flip_count, on_fraction
+    from loadtests.sweep.control import StatusPoller, flip_count, on_fraction, slow_step_count
 
     runs: list[PhaseRun] = []
     with StatusPoller(served.client, interval=0.5) as poller:
@@ -132,14 +133,14 @@ def run_variant(args: argparse.Namespace, client: SglangClient, served: Any, out
                 output_tok_s=round(float(result.get("output_throughput") or 0.0), 1),
                 ttft_p50_ms=ms(result, "median_ttft_ms"), tpot_p99_ms=ms(result, "p99_tpot_ms"),
                 completed=int(result.get("completed") or 0), prompts=ph.prompts, good_requests=good,
-                flips=flip_count(mine), engine_flips=flip_count(mine, applied=True),
+                flips=flip_count(mine), engine_flips=flip_count(mine, applied=True), slow_steps=slow_step_count(mine),
                 on_fraction=None if not mine else round(on_fraction(mine) or 0.0, 3), started=round(started, 3),
             )  # fmt: skip
             runs.append(run)
             log(
                 f"{served.variant} phase {i} ({ph.load}): {run.output_tok_s:,.0f} tok/s over {run.duration_s:.1f} s, "
                 f"TPOT p50 {run.tpot_p50_ms} ms, TTFT p99 {run.ttft_p99_ms} ms, goodput {run.goodput_rps} req/s, "
-                f"{run.flips} flips ({run.engine_flips} applied)"
+                f"{run.flips} flips ({run.engine_flips} applied), {run.slow_steps} slow engine steps"
             )
     t0 = runs[0].started if runs else 0.0
     args.status_rows += [

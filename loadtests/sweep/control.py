@@ -28,6 +28,7 @@ __all__ = [
     "on_fraction",
     "raw_samples",
     "replica_samples",
+    "slow_step_count",
 ]
 
 
@@ -47,6 +48,8 @@ class ReplicaSample:
     # the flips the engine applied (its `toggles`): a desired mode the engine never took is not here
     engine_flips: int = 0
     report_age_s: float | None = None  # how old the replica's last report to the policy was
+    # engine steps whose host call took >= 0.25 s (the engine's own count; its status lists the last ones)
+    slow_steps: int = 0
 
     @classmethod
     def from_status(cls, t: float, d: dict[str, Any]) -> ReplicaSample:
@@ -63,6 +66,7 @@ class ReplicaSample:
             override=str(d.get("override", "auto")),
             engine_flips=int((d.get("engine") or {}).get("toggles") or 0),
             report_age_s=None if age is None else float(age),
+            slow_steps=int((d.get("engine") or {}).get("slow_steps") or 0),
         )
 
 
@@ -181,7 +185,16 @@ def on_fraction(samples: list[ReplicaSample]) -> float | None:
 def flip_count(samples: list[ReplicaSample], applied: bool = False) -> int:
     """Flips inside the samples: per replica, the growth of its reported flip count (the policy's
     desired mode; `applied`: the engine's own count of flips it took)."""
+    return _growth(samples, "engine_flips" if applied else "flips")
+
+
+def slow_step_count(samples: list[ReplicaSample]) -> int:
+    """Slow engine steps inside the samples (per replica, the growth of the engine's own count)."""
+    return _growth(samples, "slow_steps")
+
+
+def _growth(samples: list[ReplicaSample], counter: str) -> int:
     by_replica: dict[str, list[int]] = {}
     for s in samples:
-        by_replica.setdefault(s.replica_id, []).append(s.engine_flips if applied else s.flips)
+        by_replica.setdefault(s.replica_id, []).append(getattr(s, counter))
     return sum(max(v) - v[0] for v in by_replica.values())

@@ -69,6 +69,8 @@ ENGINE = speculation_state(
     last_resync_ms=4.5,
     sglang_version="0.5.17",
     generated_tokens=1234,
+    slow_steps=3,
+    slow_step_log=[(7, "resync", 37, 2950.5)],
 )
 
 
@@ -145,6 +147,8 @@ def test_status_document_has_the_fields_the_loadtests_use() -> None:
             "decode_steps": {"on": 40, "off": 25},
             "generated_tokens": 1234,
             "control_timeouts": 1,
+            "slow_steps": 3,
+            "slow_step_log": [{"step": 7, "kind": "resync", "batch": 37, "host_ms": 2950.5}],
             "sglang_version": "0.5.17",
         },
     }

@@ -72,7 +72,7 @@ def test_engine_state_and_policy_source_are_what_each_replica_reported() -> None
     eager = speculation_state(
         strategy=Strategy.FULL_EXTEND, toggles=3, on_steps=7, off_steps=4, resyncs=2, running=1,
         strategy_configured=Strategy.WARM_KV, strategy_fallback="draft layout", off_cuda_graphs_note="capture failed",
-        resyncs_timed=1, resync_ms_total=5.0, last_resync_ms=5.0,
+        resyncs_timed=1, resync_ms_total=5.0, last_resync_ms=5.0, slow_steps=2,
     )  # fmt: skip
     reported = replace(
         obs("a", 1, at=0), policy_source=DecisionSource.OVERRIDE, engine=eager, control_timeouts=2
@@ -96,6 +96,7 @@ def test_engine_state_and_policy_source_are_what_each_replica_reported() -> None
         and s[(ENGINE_PREFIX + "resync_seconds_total", "a")] == 0.005
     )
     assert s[(ENGINE_PREFIX + "control_timeouts_total", "a")] == 2
+    assert s[(ENGINE_PREFIX + "slow_steps_total", "a")] == 2
     assert (ENGINE_PREFIX + "off_cuda_graphs_bytes", "a") not in s  # no graphs: no size
     assert (ENGINE_PREFIX + "toggles_total", "b") not in s  # b reported no engine state (unpatched)
     steps = _labelled(text, ENGINE_PREFIX + "decode_steps_total")

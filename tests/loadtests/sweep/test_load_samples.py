@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.sweep.control import ReplicaSample, flip_count, load_fractions, mean_running
+from loadtests.sweep.control import ReplicaSample, flip_count, load_fractions, mean_running, slow_step_count
 
 
 def _at(t: float, *running_waiting: tuple[int, int]) -> list[ReplicaSample]:
@@ -74,3 +74,18 @@ def test_applied_flips_are_the_engines_own_count_from_the_status() -> None:
     # a replica whose engine reported nothing yet (no `engine`): no applied flips, not an error
     bare = ReplicaSample.from_status(0.0, {"replica_id": "r1", "flips": 2})
     assert bare.engine_flips == 0 and flip_count([bare], applied=True) == 0
+
+
+def test_slow_engine_steps_are_counted_per_replica_from_the_status() -> None:
+    """The engine's own count of steps slow on the host (`engine.slow_steps`), counted as its growth
+    inside the samples, per replica: a replica that had slow steps before the run adds none."""
+    statuses = [
+        ("r0", 2), ("r1", 5), ("r0", 2), ("r1", 5), ("r0", 4), ("r1", 5),
+    ]  # fmt: skip
+    samples = [
+        ReplicaSample.from_status(0.5 * i, {"replica_id": r, "engine": {"slow_steps": n}})
+        for i, (r, n) in enumerate(statuses)
+    ]
+    assert [s.slow_steps for s in samples] == [2, 5, 2, 5, 4, 5]
+    assert slow_step_count(samples) == 2
+    assert slow_step_count([ReplicaSample.from_status(0.0, {"replica_id": "r2"})]) == 0

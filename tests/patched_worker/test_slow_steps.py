@@ -1,0 +1,72 @@
+"""`SpecSwitch.step` records a step whose host call is slow, with its kind and batch size, and only such
+steps. The steps here are stand-ins that sleep (an injected slow step): what is under test is the
+timing and the kind read from the counters a real step moves, not SGLang."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from patched_worker import switch as switch_mod
+from patched_worker.state import SpeculationState
+from patched_worker.switch import SpecSwitch
+
+
+def _switch(monkeypatch: pytest.MonkeyPatch) -> SpecSwitch:
+    monkeypatch.setattr(switch_mod.draft_sync, "warm_kv_unsupported", lambda worker: None)
+    worker = SimpleNamespace(speculative_num_steps=2, topk=4, speculative_num_draft_tokens=16)
+    return SpecSwitch(worker, switch_mod.SwitchConfig(start_enabled=False))
+
+
+def _stand_in(sw: SpecSwitch, sleep_s: float, counter: str | None):
+    """A step that takes `sleep_s` on the host and moves `counter` as a real step of that kind does."""
+
+    def step(upstream, batch, on_publish, grammar_barrier):
+        time.sleep(sleep_s)
+        if counter is not None:
+            setattr(sw, counter, getattr(sw, counter) + 1)
+        return "result"
+
+    return step
+
+
+def test_a_slow_step_is_recorded_with_its_kind_and_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(switch_mod, "SLOW_STEP_S", 0.05)
+    sw = _switch(monkeypatch)
+    batch = SimpleNamespace(seq_lens=list(range(37)))
+    cases = [  # (extend, counters moved, sleep) -> kind recorded, or None when fast
+        (False, ("resyncs", "off_steps"), 0.08, "resync"),
+        (False, ("on_steps",), 0.08, "on"),
+        (False, ("off_steps",), 0.0, None),
+        (True, (), 0.08, "prefill_off"),
+    ]
+    for extend, counters, sleep_s, _ in cases:
+
+        def step(upstream, b, on_publish, grammar_barrier, counters=counters, sleep_s=sleep_s):
+            time.sleep(sleep_s)
+            for c in counters:
+                setattr(sw, c, getattr(sw, c) + 1)
+            return "result"
+
+        monkeypatch.setattr(sw, "prefill_step" if extend else "decode_step", step)
+        assert sw.step(extend, None, batch, None, None) == "result"
+    kinds = [entry[1] for entry in sw.slow_step_log]
+    assert kinds == [k for *_, k in cases if k is not None]
+    assert sw.slow_steps == 3 and all(entry[2] == 37 and entry[3] >= 50 for entry in sw.slow_step_log)
+
+    state = sw.state(running=37, waiting=0, version="0.5.17")
+    assert state.slow_steps == 3 and state.slow_step_log[0][1:3] == ("resync", 37)
+    again = SpeculationState.from_json(state.to_json())  # the RPC's way back to the replica
+    assert again.slow_step_log == state.slow_step_log
+
+
+def test_the_log_keeps_the_most_recent_slow_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(switch_mod, "SLOW_STEP_S", 0.0)
+    sw = _switch(monkeypatch)
+    monkeypatch.setattr(sw, "decode_step", _stand_in(sw, 0.0, "off_steps"))
+    for n in range(1, 21):
+        sw.step(False, None, SimpleNamespace(seq_lens=[0] * n), None, None)
+    assert sw.slow_steps == 20
+    assert [entry[2] for entry in sw.slow_step_log] == list(range(5, 21))  # the last 16, oldest first
