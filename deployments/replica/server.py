@@ -82,8 +82,11 @@ class SpecFlipServer(SGLangServer):
         self.generation = Generation(self.engine, self.limits)
         log.info("replica %s: engine up in %.1f s", self.replica_id, time.monotonic() - started)
         if config.replicas.warm_up:  # Serve marks the replica ready only once this returns
-            took = await warm_up(self.engine, config.speculation.start_enabled)
-            log.info("replica %s: warm-up (ON, OFF, resync) in %.1f s", self.replica_id, took)
+            cap = config.engine.max_running_requests
+            took = await warm_up(self.engine, config.speculation.start_enabled, max_batch=cap)
+            log.info(
+                "replica %s: warm-up (ON, OFF, resync at batch 1-%d) in %.1f s", self.replica_id, cap, took
+            )
 
         from policy.actor import PolicyClient
 

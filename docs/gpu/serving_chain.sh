@@ -23,6 +23,10 @@
 #   CHAIN_RAWVSAPP  extra arguments of loadtests.rawvsapp, replacing the default levels and windows
 #   CHAIN_ARRIVALS  arguments of loadtests.bench.engine_arrivals (the engines alone under arrivals);
 #                   when set, that step runs before rawvsapp (e.g. "--concurrency 64,128,256")
+#   CHAIN_FIRST_FLIPS arguments of loadtests.bench.first_flips (a fresh engine flipped at batch sizes it has
+#                   not run: the steps that stop while a kernel compiles, without and with the replica's
+#                   warm-up; e.g. "--warm-up none,product --batches 37,100"); when set, it runs after the
+#                   GPU tests
 #   CHAIN_FIT       arguments of loadtests.bench.step_costs (e.g. "--batches 1,8,16,32,64,128,256"); when
 #                   set, that step runs first and the steps after it use the config it writes
 #                   ($CHAIN_RESULTS/fitted.yaml: CHAIN_CONFIG with the goodput priors fitted on this host)
@@ -143,6 +147,10 @@ if [ -n "${CHAIN_GPU_TESTS:-}" ]; then
   # shellcheck disable=SC2086  # a list of words
   step gpu_tests env SPECFLIP_GPU_REPORT_DIR="$R/gpu_tests" python3 -m pytest -m gpu -p no:cacheprovider \
     $CHAIN_GPU_TESTS || log "gpu_tests failed: see $R/gpu_tests.log"
+fi
+if [ -n "${CHAIN_FIRST_FLIPS:-}" ]; then
+  # shellcheck disable=SC2086  # a list of words
+  step first_flips python3 -m loadtests.bench.first_flips --config "$CONFIG" --out "$R/first_flips" $CHAIN_FIRST_FLIPS || exit 1
 fi
 if [ -n "${CHAIN_FIT:-}" ]; then
   # shellcheck disable=SC2086  # a list of words

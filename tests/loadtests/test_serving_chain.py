@@ -3,8 +3,8 @@ PYTHONPATH, nothing installed from it): `loadtests.rawvsapp` with SGLang's own s
 EAGLE-3, started beside the app) and the app on its default data path, one replica of the tiny pair
 each, the same Locust client, token-window accounting with repeated windows, the engine's own count
 as referee for every window, SGLang's benchmark client against the raw server, profiles and the
-report, before it the engines alone under arrivals (`loadtests.bench.engine_arrivals`), and the GPU
-tests' step (every test skips on CPU). Then the chain's guards: a second start while one holds the
+report, before it the engines alone under arrivals (`loadtests.bench.engine_arrivals`), the GPU
+tests' step (every test skips on CPU) and the first flips of a fresh engine (`loadtests.bench.first_flips`). Then the chain's guards: a second start while one holds the
 lock refuses, a finished chain started again skips its finished steps. Asserts what the results and
 the report say, not speed."""
 
@@ -42,6 +42,7 @@ def _run_chain(tmp: Path, config: Path, timeout: float = 900) -> subprocess.Comp
         "--variants plain,off_warm_kv,off_draft_prefill",
         # the GPU correctness tests' step: on CPU every test skips, so the step runs pytest and passes
         CHAIN_GPU_TESTS="tests/patched_worker/test_gpu_production.py",
+        CHAIN_FIRST_FLIPS="--warm-up none --batches 2 --repeat 1",
         CHAIN_ENV_SH=str(tmp / "no-bundle-here"),
         CHAIN_JIT=str(tmp / "no-jit-here"),  # a checkout's .gpu-jit holds GPU kernels: not for this host
         PATH=f"{Path(sys.executable).parent}:{env['PATH']}",  # python3 = this interpreter
@@ -134,6 +135,10 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
         and arrivals["off_draft_prefill"]["2"]["off_prefills"] == 0
     )
     assert (results / "arrivals.done").exists()
+    # a fresh engine flipped ON at a batch size it had not run (the resync among the round's flips)
+    (first_flips,) = json.loads((results / "first_flips" / "results.json").read_text())["runs"]
+    assert [(r["round"], r["resyncs"] >= 1) for r in first_flips["rounds"]] == [("batch 2 round 1", True)]
+    assert (results / "first_flips.done").exists()
     assert "rawvsapp: rc=0" in (results / "progress.log").read_text()
     # the host's busiest processes, sampled every 2 s while the chain ran (the engines among them)
     top = (results / "top.log").read_text()
