@@ -47,7 +47,7 @@
 #   CHAIN_RAWVSAPP=skip  no rawvsapp step
 #   CHAIN_ENV_SH    a file to source first (default: the bundle's .gpu-bundle/device/env.sh, if present)
 #   CHAIN_JIT       kernels compiled on an earlier host (default .gpu-jit: flashinfer-cache.tgz,
-#                   tvmffi-cache.tgz; carry it with the last part): unpacked before the first engine
+#                   tvmffi-cache.tgz, triton-cache.tgz; carry it with the last part): unpacked before the first engine
 #                   starts, so a fresh host skips flashinfer's ~4-minute JIT. The chain packs the
 #                   host's own caches into $CHAIN_RESULTS/jit at the end; serving_poll.sh copies them to $OUT.
 set -u
@@ -91,6 +91,12 @@ fi
 if [ -f "$JIT/tvmffi-cache.tgz" ] && [ -n "${TVM_FFI_CACHE_DIR:-}" ]; then
   mkdir -p "$TVM_FFI_CACHE_DIR" && tar xzf "$JIT/tvmffi-cache.tgz" --skip-old-files --strip-components=1 -C "$TVM_FFI_CACHE_DIR" && log "tvm-ffi cache unpacked from $JIT"
 fi
+# Triton's kernels (the bundle's env.sh sets TRITON_CACHE_DIR): SGLang compiles some per power-of-two
+# batch bucket on first use, and the replica's warm-up runs every bucket, so a fresh host compiles them
+# while the app starts
+if [ -f "$JIT/triton-cache.tgz" ] && [ -n "${TRITON_CACHE_DIR:-}" ]; then
+  mkdir -p "$TRITON_CACHE_DIR" && tar xzf "$JIT/triton-cache.tgz" --skip-old-files --strip-components=1 -C "$TRITON_CACHE_DIR" && log "Triton cache unpacked from $JIT"
+fi
 
 # step NAME COMMAND...: skipped when NAME.done exists; otherwise its folder starts clean
 step() {
@@ -131,12 +137,18 @@ fi
 # this host's compiled kernels, for the next fresh host (see CHAIN_JIT); packed after the first step
 # that started engines too, so a lease that ends during rawvsapp still brings them back
 pack_jit() {
-  [ -d "$FI_CACHE" ] || return 0
-  mkdir -p "$R/jit" && tar czf "$R/jit/flashinfer-cache.tgz.tmp" -C "$(dirname "$FI_CACHE")" flashinfer &&
-    mv "$R/jit/flashinfer-cache.tgz.tmp" "$R/jit/flashinfer-cache.tgz"
+  mkdir -p "$R/jit"
+  if [ -d "$FI_CACHE" ]; then
+    tar czf "$R/jit/flashinfer-cache.tgz.tmp" -C "$(dirname "$FI_CACHE")" flashinfer &&
+      mv "$R/jit/flashinfer-cache.tgz.tmp" "$R/jit/flashinfer-cache.tgz"
+  fi
   if [ -n "${TVM_FFI_CACHE_DIR:-}" ] && [ -d "$TVM_FFI_CACHE_DIR" ]; then
     tar czf "$R/jit/tvmffi-cache.tgz.tmp" -C "$(dirname "$TVM_FFI_CACHE_DIR")" "$(basename "$TVM_FFI_CACHE_DIR")" &&
       mv "$R/jit/tvmffi-cache.tgz.tmp" "$R/jit/tvmffi-cache.tgz"
+  fi
+  if [ -n "${TRITON_CACHE_DIR:-}" ] && [ -d "$TRITON_CACHE_DIR" ]; then
+    tar czf "$R/jit/triton-cache.tgz.tmp" -C "$(dirname "$TRITON_CACHE_DIR")" "$(basename "$TRITON_CACHE_DIR")" &&
+      mv "$R/jit/triton-cache.tgz.tmp" "$R/jit/triton-cache.tgz"
   fi
   log "JIT caches packed into $R/jit"
 }
@@ -182,4 +194,5 @@ if [ "$ARGS" != skip ]; then
   step rawvsapp python3 -m loadtests.rawvsapp --config "$CONFIG" --out "$R/rawvsapp" $ARGS || exit 1
   pack_jit
 fi
+pack_jit  # again at the end: kernels the steps after the last pack compiled
 log "all done: $R"
