@@ -135,7 +135,7 @@ def run_local(
             policy_actor=config.policy.actor_name,
             tick_s=config.replicas.tick_s,
         )
-        _stop_haproxy(haproxy_dir)
+        stop_haproxy(haproxy_dir)
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -214,7 +214,7 @@ def _haproxy_env() -> str:
         return os.path.dirname(os.environ[_HAPROXY_KEYS[0]])
     for key in picked[1:]:
         os.environ.pop(key, None)
-    base = f"/tmp/haproxy-serve-{os.getpid()}"
+    base = haproxy_folder(os.getpid())
     ports = []
     for _ in range(2):
         with socket.socket() as s:
@@ -236,13 +236,21 @@ def _haproxy_env() -> str:
     return os.path.dirname(os.environ[_HAPROXY_KEYS[0]])
 
 
-def _stop_haproxy(folder: str) -> None:
-    """HAProxy runs as a child of Serve's proxy actor; when Ray goes down hard it is left behind."""
+def haproxy_folder(pid: int) -> str:
+    """Where the app process `pid` keeps Serve's HAProxy files (unless its operator set the paths)."""
+    return f"/tmp/haproxy-serve-{pid}"
+
+
+def stop_haproxy(folder: str) -> None:
+    """Kill the HAProxy whose files are in `folder`. It runs as a child of Serve's proxy actor, outside
+    the app process's group: when Ray goes down hard, or the app process is killed before its own
+    shutdown reaches this, it is left behind holding its ports."""
     import psutil
 
+    inside = folder.rstrip("/") + "/"  # /tmp/haproxy-serve-12 is not /tmp/haproxy-serve-123's
     for proc in psutil.process_iter():
         try:
-            if proc.name() == "haproxy" and any(folder in arg for arg in proc.cmdline()):
+            if proc.name() == "haproxy" and any(inside in arg for arg in proc.cmdline()):
                 proc.kill()
         except psutil.Error:
             continue

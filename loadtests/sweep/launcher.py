@@ -36,6 +36,7 @@ import httpx
 import psutil
 
 from deployments.client import ControlError, SpecflipClient
+from deployments.local import haproxy_folder, stop_haproxy
 
 __all__ = [
     "DEFAULT_SPECS",
@@ -378,10 +379,21 @@ class CommandLauncher:
         self.log(f"[launch] stopping process group {proc.pid}")
         # the app's driver first (the command, and its process when a shell runs it): it shuts Serve
         # down in order (Serve's HAProxy included); a group-wide signal would hit Ray's workers first
+        drivers = [proc.pid]
         with contextlib.suppress(psutil.Error):
             for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children()]:
+                drivers.append(p.pid)
                 with contextlib.suppress(psutil.Error):
                     p.terminate()
+        try:
+            self._end_group(proc)
+        finally:
+            # a driver killed before its shutdown stopped HAProxy leaves it running outside the group
+            # (seen in CI: a 2-replica CPU app still shutting down after the grace, 2026-12-05)
+            for pid in set(drivers):
+                stop_haproxy(haproxy_folder(pid))
+
+    def _end_group(self, proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(self.stop_grace)
         for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -255,3 +257,56 @@ def test_command_launcher_times_out_and_kills(tmp_path: Path) -> None:
 def test_override_variants_need_a_token() -> None:
     with pytest.raises(LauncherError, match="token"):
         CommandLauncher("true", specs=SPECS).start(Variant.OFF)
+
+
+def _standin_haproxy(tmp_path: Path) -> Path:
+    """A stand-in HAProxy (an injected leftover): a copy of sh, so its process is named haproxy."""
+    fake = tmp_path / "bin" / "haproxy"
+    fake.parent.mkdir()
+    fake.write_bytes(Path("/bin/sh").read_bytes())
+    fake.chmod(0o755)
+    return fake
+
+
+def _haproxies(folder: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.name() == "haproxy" and any(folder + "/" in arg for arg in p.cmdline()):
+                found.append(p)
+    return found
+
+
+def test_stop_ends_the_haproxy_an_app_left_outside_its_group(tmp_path: Path) -> None:
+    """Serve's HAProxy runs outside the app process's group; an app killed before its own shutdown
+    stopped it (a CPU app still shutting down after the grace, CI 2026-12-05) left it holding its
+    ports. The launcher ends it by the launched process's folder, and only that one."""
+    fake = _standin_haproxy(tmp_path)
+    other = subprocess.Popen(  # another app's HAProxy, a folder whose name starts the same: kept
+        ["setsid", str(fake), "-c", "sleep 300; true", "/tmp/haproxy-serve-1/x/haproxy.cfg"]
+    )
+    template = (
+        # in a subshell that exits: no child of the app's processes, as HAProxy is a Ray worker's child
+        f"(setsid {fake} -c 'sleep 300; true' /tmp/haproxy-serve-$$/x/haproxy.cfg &); "
+        f"exec {shlex.quote(sys.executable)} {shlex.quote(str(STANDIN))} --port {{port}} --mode {{config}} "
+        f"--token {TOKEN}"
+    )
+    launcher = CommandLauncher(template, token=TOKEN, specs=SPECS, log_dir=tmp_path, log=lambda _: None)
+    try:
+        launcher.start(Variant.ON)
+        assert launcher.proc is not None
+        folder = f"/tmp/haproxy-serve-{launcher.proc.pid}"
+        deadline = time.time() + 5
+        while not _haproxies(folder) and time.time() < deadline:
+            time.sleep(0.1)
+        (leftover,) = _haproxies(folder)
+    finally:
+        launcher.stop()
+    try:
+        with contextlib.suppress(psutil.TimeoutExpired):
+            leftover.wait(5)
+        assert _haproxies(folder) == []
+        assert other.poll() is None  # /tmp/haproxy-serve-1 is not the launched app's folder
+    finally:
+        other.kill()
+        other.wait()
