@@ -142,6 +142,10 @@ def _policy_source(r: ReplicaStatus) -> str | None:
 def engine_document(e: SpeculationState, control_timeouts: int = 0) -> dict[str, Any]:
     """A replica's engine switch state as `/specflip/status` shows it."""
     return {
+        # in effect for the next decode step, and the last asked for: they differ while a switch is
+        # pending (it lands at the engine's next step; an idle engine's replica already reports it)
+        "enabled": e.enabled,
+        "requested": e.requested,
         "off_cuda_graphs": e.off_cuda_graphs,
         "off_cuda_graphs_reason": e.off_cuda_graphs_note,
         "off_cuda_graphs_bytes": e.off_cuda_graphs_bytes,

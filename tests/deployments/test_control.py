@@ -56,6 +56,8 @@ def test_override_body_is_strict() -> None:
 
 
 ENGINE = speculation_state(
+    enabled=True,
+    requested=False,  # an OFF pending: the document shows both
     strategy=Strategy.FULL_EXTEND,
     toggles=4,
     on_steps=40,
@@ -133,6 +135,8 @@ def test_status_document_has_the_fields_the_loadtests_use() -> None:
         "last_report_age_s": 0.123,
         "reason": "rule flipped it",
         "engine": {
+            "enabled": True,
+            "requested": False,
             "off_cuda_graphs": False,
             "off_cuda_graphs_reason": "capture failed: out of memory",
             "off_cuda_graphs_bytes": None,
