@@ -24,7 +24,6 @@ __all__ = [
     "app_variants",
     "keep_logs",
     "log",
-    "reach_held_mode",
 ]
 
 APP_VARIANTS = {"on": "on", "off": "off", "dynamic": "auto"}  # variant -> the override that makes it
@@ -147,31 +146,6 @@ class AppSession:
     def _keep_replica_logs(self) -> None:
         if self._lines is not None:
             keep_logs(self._lines.log_paths, self._out / "app", "replica")
-
-
-def reach_held_mode(served: Served, model: str, timeout: float = 60.0) -> bool:
-    """Before a held variant (on, off) is measured: short requests until every replica's engine
-    reports the held mode in effect (`engine.enabled`). A held engine takes the mode at its next
-    step, and the flip reaches the status only with the replica's next report; the replica's `mode`
-    of an idle engine is the requested one already. Without this, the switch from the variant
-    before lands in the first measured phase, or (a late report) in the second. True once settled;
-    a line, and False, when `timeout` passes first. `dynamic` is left as it is."""
-    mode = APP_VARIANTS[served.variant]
-    if mode == "auto":
-        return True
-    started = time.monotonic()
-    while True:
-        engines = [r.get("engine") or {} for r in served.client.replicas()]
-        if engines and all(e.get("enabled") is (mode == "on") for e in engines):
-            return True
-        if time.monotonic() - started > timeout:
-            state = " ".join(str(e.get("enabled")) for e in engines)
-            log(
-                f"{served.variant}: engines not {mode} after {timeout:.0f} s (enabled: {state}); measuring anyway"
-            )
-            return False
-        served.client.probe(model, api="completions")
-        time.sleep(0.25)
 
 
 def keep_logs(paths: list[Path], folder: Path, name: str) -> list[Path]:

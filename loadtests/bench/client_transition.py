@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from loadtests.bench.app_session import add_app_args, app_variants, log, reach_held_mode
+from loadtests.bench.app_session import add_app_args, app_variants, log
 from loadtests.bench.mode_plots import draw_modes
 from loadtests.bench.sglang_bench import SglangClient, ms
 
@@ -111,8 +111,8 @@ def run_variant(args: argparse.Namespace, client: SglangClient, served: Any, out
     from loadtests.sweep.control import StatusPoller, flip_count, on_fraction, slow_step_count
 
     runs: list[PhaseRun] = []
-    # a held variant's switch lands, and is reported, before its first phase: not inside one
-    reach_held_mode(served, args.model_id)
+    # a held variant's switch landed, and was reported, before its first phase (the launcher's
+    # wait_for_override waits on the engines' own enabled flag): not inside one
     with StatusPoller(served.client, interval=0.5) as poller:
         for i, ph in enumerate(args.phases):
             started = time.time()

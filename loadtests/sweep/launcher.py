@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 import psutil
@@ -142,9 +142,12 @@ def wait_for_override(
     flip_timeout: float = 10.0,
     log: Callable[[str], None] = print,
 ) -> None:
-    """Block until every replica reports the override; then, for on/off, wait a little for
-    the replicas to run in that mode (an idle engine may flip only at its next iteration,
-    so that part only logs when it does not happen)."""
+    """Block until every replica reports the override; then, for on/off, until every replica's
+    engine runs in that mode (`engine.enabled`; a replica whose engine document has no `enabled`,
+    e.g. an app from before it, by its `mode`), sending short requests meanwhile: a held engine takes the mode
+    at its next step, the flip reaches the status with the replica's next report, and the `mode`
+    of an idle engine is the requested one already. Not flipped by `timeout + flip_timeout`: a
+    line, no error (the measurement goes ahead)."""
     t0 = time.time()
     while True:
         doc = client.status()
@@ -159,16 +162,32 @@ def wait_for_override(
         time.sleep(0.25)
     if mode == "auto":
         return
-    while not all(r.get("mode") == mode for r in last):
-        if time.time() - t0 > timeout + flip_timeout:
-            state = " ".join(f"{r['replica_id']}:{r.get('mode')}" for r in last)
-            log(
-                f"[launch] note: override={mode} set, replicas not flipped yet ({state}); "
-                "they flip at their next iteration, inside the warm-up"
-            )
+    model: str | None = None
+    while not all(_engine_on(r) is (mode == "on") for r in last):
+        left = t0 + timeout + flip_timeout - time.time()
+        if left < 0:
+            state = " ".join(f"{r['replica_id']}:{_engine_on(r)}" for r in last)
+            log(f"[launch] note: override={mode} set, engines not flipped (enabled: {state}); going ahead")
+            return
+        try:  # an idle engine flips only at its next step: give it one
+            model = model or next(iter(client.models()), None)
+            if model is not None:
+                client.probe(model, api="completions", timeout=max(left, 5.0))
+        except (ControlError, httpx.HTTPError) as e:
+            log(f"[launch] note: override={mode} set, a request to flip the engines failed: {e}")
             return
         time.sleep(0.25)
         last = client.replicas() or last
+
+
+def _engine_on(replica: Mapping[str, Any]) -> bool | None:
+    """Whether a replica's engine runs speculation (by its `mode` where it has no engine document)."""
+    engine = replica.get("engine")
+    if isinstance(engine, Mapping) and isinstance(engine.get("enabled"), bool):
+        return bool(engine["enabled"])
+    # an app from before the engine object had `enabled` (seen: a before/after run waited out
+    # every switch on it, 2026-12-06): its `mode`
+    return {"on": True, "off": False}.get(str(replica.get("mode")))
 
 
 def _apply_override(client: SpecflipClient, spec: VariantSpec, log: Callable[[str], None]) -> None:
@@ -379,10 +398,10 @@ class CommandLauncher:
         self.log(f"[launch] stopping process group {proc.pid}")
         # the app's driver first (the command, and its process when a shell runs it): it shuts Serve
         # down in order (Serve's HAProxy included); a group-wide signal would hit Ray's workers first
-        drivers = [proc.pid]
+        drivers = {proc.pid}
         with contextlib.suppress(psutil.Error):
             for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children()]:
-                drivers.append(p.pid)
+                drivers.add(p.pid)
                 with contextlib.suppress(psutil.Error):
                     p.terminate()
         try:
@@ -390,7 +409,7 @@ class CommandLauncher:
         finally:
             # a driver killed before its shutdown stopped HAProxy leaves it running outside the group
             # (seen in CI: a 2-replica CPU app still shutting down after the grace, 2026-12-05)
-            for pid in set(drivers):
+            for pid in drivers:
                 stop_haproxy(haproxy_folder(pid))
 
     def _end_group(self, proc: subprocess.Popen[bytes]) -> None:
