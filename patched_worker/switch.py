@@ -167,10 +167,10 @@ class SpecSwitch:
         )
         took = time.perf_counter() - started
         if took >= SLOW_STEP_S:
-            self.note_slow_step(_kind(extend, self.enabled, before, self), _batch_size(batch), took)
+            self._note_slow_step(_kind(extend, before, self), _batch_size(batch), took)
         return result
 
-    def note_slow_step(self, kind: str, batch_size: int, seconds: float) -> None:
+    def _note_slow_step(self, kind: str, batch_size: int, seconds: float) -> None:
         self.slow_steps += 1
         self.slow_step_log.append((self._step, kind, batch_size, round(seconds * 1e3, 1)))
         logger.info(
@@ -314,10 +314,10 @@ class SpecSwitch:
         )
 
 
-def _kind(extend: bool, enabled: bool, before: tuple[int, int, int], sw: SpecSwitch) -> str:
+def _kind(extend: bool, before: tuple[int, int, int], sw: SpecSwitch) -> str:
     """What a step was, from the counters it moved: prefill_on/prefill_off, resync, on, off, idle."""
     if extend:
-        return "prefill_on" if enabled else "prefill_off"
+        return "prefill_on" if sw.enabled else "prefill_off"
     on, off, resyncs = before
     if sw.resyncs > resyncs:
         return "resync"
