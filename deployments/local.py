@@ -241,16 +241,17 @@ def haproxy_folder(pid: int) -> str:
     return f"/tmp/haproxy-serve-{pid}"
 
 
-def stop_haproxy(folder: str) -> None:
-    """Kill the HAProxy whose files are in `folder`. It runs as a child of Serve's proxy actor, outside
-    the app process's group: when Ray goes down hard, or the app process is killed before its own
-    shutdown reaches this, it is left behind holding its ports."""
+def stop_haproxy(*folders: str) -> None:
+    """Kill every HAProxy whose files are in one of `folders` (one scan of the processes). It runs as a
+    child of Serve's proxy actor, outside the app process's group: when Ray goes down hard, or the app
+    process is killed before its own shutdown reaches this, it is left behind holding its ports."""
     import psutil
 
-    inside = folder.rstrip("/") + "/"  # /tmp/haproxy-serve-12 is not /tmp/haproxy-serve-123's
+    # /tmp/haproxy-serve-12 is not /tmp/haproxy-serve-123's
+    inside = [folder.rstrip("/") + "/" for folder in folders]
     for proc in psutil.process_iter():
         try:
-            if proc.name() == "haproxy" and any(inside in arg for arg in proc.cmdline()):
+            if proc.name() == "haproxy" and any(f in arg for arg in proc.cmdline() for f in inside):
                 proc.kill()
         except psutil.Error:
             continue

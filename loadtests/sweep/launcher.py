@@ -409,8 +409,7 @@ class CommandLauncher:
         finally:
             # a driver killed before its shutdown stopped HAProxy leaves it running outside the group
             # (seen in CI: a 2-replica CPU app still shutting down after the grace, 2026-12-05)
-            for pid in drivers:
-                stop_haproxy(haproxy_folder(pid))
+            stop_haproxy(*(haproxy_folder(pid) for pid in drivers))
 
     def _end_group(self, proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -59,3 +59,30 @@ def test_what_an_operator_set_is_kept_in_the_app_and_in_what_it_launches(clean_e
     child = _child_picks(dict(os.environ))
     assert child["RAY_SERVE_HAPROXY_STATS_PORT"] == "18404"
     assert child["RAY_SERVE_HAPROXY_METRICS_PORT"] != os.environ["RAY_SERVE_HAPROXY_METRICS_PORT"]
+
+
+def test_stop_haproxy_kills_the_haproxies_of_the_folders_given_and_no_other(tmp_path) -> None:  # noqa: ANN001
+    """Processes named haproxy (a copy of `tail`, following a file in the folder as HAProxy names its
+    config there): the ones in the folders given go, the one in a folder whose name only starts the same
+    stays."""
+    import shutil
+    import time
+
+    binary = tmp_path / "haproxy"
+    shutil.copy(shutil.which("tail") or "/usr/bin/tail", binary)
+    procs = {}
+    for name in ("haproxy-serve-12", "haproxy-serve-13", "haproxy-serve-123"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "haproxy.cfg").write_text("")
+        procs[name] = subprocess.Popen([str(binary), "-f", str(folder / "haproxy.cfg")])
+    try:
+        time.sleep(0.3)  # each process is running its binary, so its name is haproxy
+        local.stop_haproxy(str(tmp_path / "haproxy-serve-12"), str(tmp_path / "haproxy-serve-13") + "/")
+        assert procs["haproxy-serve-12"].wait(timeout=5) != 0
+        assert procs["haproxy-serve-13"].wait(timeout=5) != 0
+        assert procs["haproxy-serve-123"].poll() is None
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
