@@ -53,6 +53,7 @@
 set -u
 cd "$1" || exit 2
 R=${CHAIN_RESULTS:-/tmp/persist/results/serving}
+case $R in /*) ;; *) R=$PWD/$R ;; esac  # the steps run from a copy of the code (SRC below)
 CONFIG=${CHAIN_CONFIG:-deployments/examples/h200-dummy8b-serving.yaml}
 TOK=${CHAIN_TOKENIZER:-/tmp/persist/tok}
 ENV_SH=${CHAIN_ENV_SH:-.gpu-bundle/device/env.sh}
@@ -67,6 +68,19 @@ if ! flock -n 9; then
   echo "[chain] another chain holds $R/chain.lock: not starting a second one" >&2
   exit 1
 fi
+# The chain runs a copy of the code taken at its start, in SRC beside the results: each device command
+# copies the working tree onto the host again, so a file edited meanwhile would reach every step that
+# starts later (seen 2026-12-06: the before step imported a launcher change still being written).
+# The carried folders (models, the bundle, kernel caches) are linked, not copied.
+SRC=${R%/}.src
+rm -rf "$SRC" && mkdir -p "$SRC" || exit 2
+for item in deployments patched_worker policy loadtests tests docs pyproject.toml; do
+  [ -e "$item" ] && { cp -a "$item" "$SRC/" || exit 2; }
+done
+for item in models .gpu-bundle .gpu-jit; do
+  [ -e "$item" ] && ln -s "$PWD/$item" "$SRC/$item"
+done
+cd "$SRC" || exit 2
 [ -f "$ENV_SH" ] && source "$ENV_SH"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export SPECFLIP_CONTROL_TOKEN=${SPECFLIP_CONTROL_TOKEN:-chain}
@@ -123,7 +137,7 @@ if command -v top > /dev/null; then
   TOP_PID=$!
   trap 'kill "$TOP_PID" 2> /dev/null' EXIT
 fi
-log "python3 $(python3 -c 'import sys; print(sys.version.split()[0])'), $(nproc) cores, config $CONFIG"
+log "python3 $(python3 -c 'import sys; print(sys.version.split()[0])'), $(nproc) cores, config $CONFIG, code copied to $SRC"
 
 # the 8B-shaped model folders the config names, when missing (random weights: configs + tokenizer)
 model_dir=$(python3 -c "from deployments.config import load_config; print(load_config('$CONFIG').model.path)") || exit 2

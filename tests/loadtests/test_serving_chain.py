@@ -145,6 +145,11 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
     assert top.count("== ") >= 10 and "python" in top, top[-2000:]
     gpu_tests = (results / "gpu_tests.log").read_text()
     assert "3 skipped" in gpu_tests and (results / "gpu_tests.done").exists(), gpu_tests[-2000:]
+    # the steps ran from the copy of the code the chain took at its start (a device command copies the
+    # working tree onto the host again, mid-chain), not from the checkout
+    src = tmp_path / "results.src"
+    assert f"rootdir: {src}" in gpu_tests, gpu_tests[:1500]
+    assert (src / "deployments" / "app.py").is_file() and not (src / ".git").exists()
 
     # a second chain while one holds the lock: refused, nothing run
     with (results / "chain.lock").open("w") as held:
