@@ -163,6 +163,7 @@ def wait_for_override(
     if mode == "auto":
         return
     model: str | None = None
+    models_asked = False
     while not all(_engine_on(r) is (mode == "on") for r in last):
         left = t0 + timeout + flip_timeout - time.time()
         if left < 0:
@@ -170,7 +171,8 @@ def wait_for_override(
             log(f"[launch] note: override={mode} set, engines not flipped (enabled: {state}); going ahead")
             return
         try:  # an idle engine flips only at its next step: give it one
-            model = model or next(iter(client.models()), None)
+            if not models_asked:  # once: an app without models does not grow one while we wait
+                model, models_asked = next(iter(client.models()), None), True
             if model is not None:
                 client.probe(model, api="completions", timeout=max(left, 5.0))
         except (ControlError, httpx.HTTPError) as e:
@@ -184,7 +186,7 @@ def _engine_on(replica: Mapping[str, Any]) -> bool | None:
     """Whether a replica's engine runs speculation (by its `mode` where it has no engine document)."""
     engine = replica.get("engine")
     if isinstance(engine, Mapping) and isinstance(engine.get("enabled"), bool):
-        return bool(engine["enabled"])
+        return engine["enabled"] is True
     # an app from before the engine object had `enabled` (seen: a before/after run waited out
     # every switch on it, 2026-12-06): its `mode`
     return {"on": True, "off": False}.get(str(replica.get("mode")))

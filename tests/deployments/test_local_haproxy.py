@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -61,7 +62,7 @@ def test_what_an_operator_set_is_kept_in_the_app_and_in_what_it_launches(clean_e
     assert child["RAY_SERVE_HAPROXY_METRICS_PORT"] != os.environ["RAY_SERVE_HAPROXY_METRICS_PORT"]
 
 
-def test_stop_haproxy_kills_the_haproxies_of_the_folders_given_and_no_other(tmp_path) -> None:  # noqa: ANN001
+def test_stop_haproxy_kills_the_haproxies_of_the_folders_given_and_no_other(tmp_path: Path) -> None:
     """Processes named haproxy (a copy of `tail`, following a file in the folder as HAProxy names its
     config there): the ones in the folders given go, the one in a folder whose name only starts the same
     stays."""

@@ -25,6 +25,8 @@ class ScriptedApp:
         self.override, self.steps_to_flip, self.engine = override, steps_to_flip, engine
         self.probes: list[tuple[str, str]] = []
         self.fail_probe: Exception | None = None
+        self.served: list[str] = [MODEL, "other"]
+        self.models_asked = 0
 
     def _replica(self, rid: str) -> dict[str, Any]:
         flipped = self.steps_to_flip is not None and len(self.probes) >= self.steps_to_flip
@@ -43,7 +45,8 @@ class ScriptedApp:
         return self.status()["replicas"]
 
     def models(self) -> list[str]:
-        return [MODEL, "other"]
+        self.models_asked += 1
+        return list(self.served)
 
     def probe(self, model: str, api: str = "chat", timeout: float = 300.0) -> None:
         if self.fail_probe is not None:
@@ -65,7 +68,18 @@ def test_waits_for_the_engines_enabled_flag_sending_short_requests(mode: str) ->
     assert {r["engine"]["enabled"] for r in app.replicas()} == {mode != "on"}
     assert _wait(app, mode, timeout=5, flip_timeout=5) == []
     assert app.probes == [(MODEL, "completions")] * 3  # the first served model, until flipped
+    assert app.models_asked == 1
     assert {r["engine"]["enabled"] for r in app.replicas()} == {mode == "on"}
+
+
+def test_an_app_serving_no_model_is_asked_for_its_models_once_and_waited_out() -> None:
+    app = ScriptedApp("on", steps_to_flip=None)
+    app.served = []
+    logs = _wait(app, "on", timeout=0.2, flip_timeout=0.5)
+    assert app.probes == [] and app.models_asked == 1
+    assert logs == [
+        "[launch] note: override=on set, engines not flipped (enabled: r0:False r1:False); going ahead"
+    ]
 
 
 def test_engines_already_in_the_mode_get_no_request() -> None:
