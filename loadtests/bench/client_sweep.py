@@ -34,9 +34,10 @@ across variants.
 
 Every run's CPU (the kernel's counters, `sweep_profile.RunCpu`): `front_cpu_cores` and
 `front_cpu_us_per_token` of the process in front of the engine (the app's replica, SGLang's HTTP +
-tokenizer process; near one core it is the bottleneck), `scheduler_cpu_cores`, and for the app the
+tokenizer process; near one core it is the bottleneck), `scheduler_cpu_cores`, for the app the
 processes on a request's way to its replica, `router_cpu_cores` (Ray's LLMRouter) and
-`haproxy_cpu_cores`.
+`haproxy_cpu_cores`, and `client_cpu_cores`: this process, SGLang's client and the status poller
+(near one core, the client bounds the run).
 
 Writes into --out after every run: sweep.csv (shape, variant, concurrency, repeat, output_tok_s,
 ttft_p50_ms, tpot_p50_ms, flips, then the rest), results.json, status.csv, and per run SGLang's
@@ -128,6 +129,8 @@ class SweepRun:
     # which HAProxy asks for a replica per request, and Serve's HAProxy
     router_cpu_cores: float | None
     haproxy_cpu_cores: float | None
+    # this process: SGLang's client, with the 0.5-s status poller (near one core, the client is the limit)
+    client_cpu_cores: float | None
     started: float  # epoch seconds
 
 
@@ -211,6 +214,7 @@ class Sweep:
             front_cpu_cores=_round(cpu.front(), 2), scheduler_cpu_cores=_round(cpu.cores.get("scheduler"), 2),
             router_cpu_cores=_round(cpu.cores.get("router"), 3),
             haproxy_cpu_cores=_round(cpu.cores.get("haproxy"), 3),
+            client_cpu_cores=_round(cpu.cores.get("client"), 2),
             started=round(started, 3),
         )  # fmt: skip
         self.runs.append(run)
@@ -229,6 +233,7 @@ class Sweep:
             + f"; CPU cores: front {run.front_cpu_cores}, scheduler {run.scheduler_cpu_cores}"
             + ("" if run.router_cpu_cores is None else f", router {run.router_cpu_cores}")
             + ("" if run.haproxy_cpu_cores is None else f", haproxy {run.haproxy_cpu_cores}")
+            + f", client {run.client_cpu_cores}"
             + app_text
         )
         self.write()
@@ -376,13 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--tokenizer", help="tokenizer dir (default: the config's model)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument(
-        "--warmup",
-        type=int,
-        default=1,
-        choices=(0, 1),
-        help="one unmeasured run at the highest level before the app's and each raw server's first (1)",
-    )
+    p.add_argument("--warmup", type=int, default=1, choices=(0, 1), help="one unmeasured run at the highest "
+                   "level before the app's and each raw server's first (1)")  # fmt: skip
     p.add_argument("--ready-timeout", type=float, default=900.0)
     add_app_args(p)
     p.add_argument(

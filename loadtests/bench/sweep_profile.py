@@ -43,11 +43,11 @@ FRONT = ("replica", "http+tokenizer")  # the process that serves HTTP and runs S
 class RunCpu:
     """CPU cores each serving process used over one whole run (user + system, each process alone:
     `loadtests.servers.CpuMeter`; no sampling), every run at every level: whether the process in
-    front of the engine (the app's replica, SGLang's HTTP + tokenizer process) or the scheduler nears
-    a full core."""
+    front of the engine (the app's replica, SGLang's HTTP + tokenizer process), the scheduler or the
+    client (this process) nears a full core."""
 
     def __init__(self, pids: dict[str, int]) -> None:
-        found = {name: [pid] for name, pid in pids.items() if name != "client"}
+        found = {name: [pid] for name, pid in pids.items()}
         self._meter = CpuMeter(lambda: found, children=False)
         self.cores: dict[str, float] = {}
 

@@ -97,6 +97,8 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
         # process) and the scheduler used over the run, read from the kernel's counters
         assert float(r["front_cpu_us_per_token"]) > 0 and float(r["front_cpu_cores"]) > 0, r
         assert float(r["scheduler_cpu_cores"]) > 0, r
+        # and the client's (this test's sweep process): what says whether the client bounds a run
+        assert float(r["client_cpu_cores"]) > 0, r
         # and the app's way to its replica: Ray's ingress request router and Serve's HAProxy, found
         # among the app's processes (a raw server has neither)
         ours = variant not in ("raw_plain", "sglang_adaptive")
