@@ -17,7 +17,9 @@ a run shorter than 20 s shows. Referee: the engine's own decode tokens over the 
 `generated_tokens` for the app, the scheduler's decode lines for a raw server). Every 0.5 s the
 app's replicas' status (or a raw server's `/v1/loads`) is sampled into status.csv: running and waiting
 requests for every variant alike (sampled_running, full_fraction, idle_fraction: how much of a run
-the batch was full, and how much the engine sat idle between waves), and the app's mode and flips
+the batch was full, and how much the engine sat idle between waves; refill_s: how long, on average,
+the engine took from emptied to a full wave again, the client's turnaround between waves as the
+engine sees it), and the app's mode and flips
 (`flips`: of the policy's desired mode; `engine_flips`: those the engines applied, their own count).
 App variants that follow each other in `--variants` share one app and run level by level (every
 variant at a level, then the next level; repeat k starts with the k-th variant); a raw server runs
@@ -54,7 +56,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,7 @@ from loadtests.bench.app_session import APP_VARIANTS, AppSession, add_app_args, 
 from loadtests.bench.mode_plots import plot_modes
 from loadtests.bench.sglang_bench import SglangClient, chunk_gaps, gap_ms, ms
 from loadtests.bench.sweep_profile import DELAY_S, SECONDS, RunCpu, RunProfile, serving_pids
+from loadtests.bench.sweep_run import CSV_FIRST, SweepRun
 from loadtests.sweep.control import (
     StatusPoller,
     flip_count,
@@ -71,6 +74,7 @@ from loadtests.sweep.control import (
     mean_running,
     on_fraction,
     raw_samples,
+    refill_gaps,
     slow_step_count,
 )
 
@@ -83,55 +87,6 @@ RAW_VARIANTS = {
     "raw_plain": ["--speculation", "off"],
     "sglang_adaptive": ["--speculation", "on", "--", "--speculative-adaptive"],
 }
-CSV_FIRST: tuple[str, ...] = ("shape", "variant", "concurrency", "repeat")
-CSV_FIRST += ("output_tok_s", "ttft_p50_ms", "tpot_p50_ms", "flips")  # the columns the sweep's readers expect
-
-
-@dataclass(frozen=True)
-class SweepRun:
-    """One client run at one level against one variant."""
-
-    shape: str
-    variant: str
-    concurrency: int
-    repeat: int
-    output_tok_s: float
-    ttft_p50_ms: float | None
-    tpot_p50_ms: float | None
-    flips: int | None  # flips of the app's replicas' desired mode inside the run (None: a raw server)
-    engine_flips: int | None  # of those, the flips their engines applied (the engines' own count)
-    ttft_p99_ms: float | None
-    tpot_p99_ms: float | None
-    # SGLang's ITL: per token for a server reporting an accept length (raw_eagle, sglang_adaptive),
-    # per chunk for the rest; across variants compare chunk_itl_*, the same for every variant
-    itl_p50_ms: float | None
-    itl_p99_ms: float | None
-    chunk_itl_p50_ms: float | None  # gap between streamed chunks that carried text, every variant alike
-    chunk_itl_p99_ms: float | None
-    duration_s: float
-    prompts: int
-    completed: int
-    output_tokens: int
-    engine_tok_s: float | None  # the referee: the engine's own decode tokens over the run
-    on_fraction: float | None  # share of status samples with speculation ON (app runs)
-    engine_running: float | None  # mean running batch over the run (the engine's decode lines)
-    engine_queued: float | None  # mean requests waiting for a prefill (the same lines)
-    # from the 0.5-s samples of every variant alike (the app's /specflip/status, SGLang's /v1/loads):
-    sampled_running: float | None  # mean running requests
-    full_fraction: float | None  # share of samples with >= 90% of the level running
-    idle_fraction: float | None  # share of samples with nothing running or waiting (between waves)
-    # CPU over the whole run (sweep_profile.RunCpu): the process in front of the engine (the app's
-    # replica, SGLang's HTTP + tokenizer process), per output token and in cores, and the scheduler's
-    front_cpu_us_per_token: float | None
-    front_cpu_cores: float | None
-    scheduler_cpu_cores: float | None
-    # the app's way to its replica (None for a raw server): Ray's ingress request router (LLMRouter),
-    # which HAProxy asks for a replica per request, and Serve's HAProxy
-    router_cpu_cores: float | None
-    haproxy_cpu_cores: float | None
-    # this process: SGLang's client, with the 0.5-s status poller (near one core, the client is the limit)
-    client_cpu_cores: float | None
-    started: float  # epoch seconds
 
 
 def rotated(variants: list[str], k: int) -> list[str]:
@@ -210,6 +165,7 @@ class Sweep:
             sampled_running=_round(mean_running(window)),
             full_fraction=None if fractions is None else round(fractions[0], 3),
             idle_fraction=None if fractions is None else round(fractions[1], 3),
+            refill_s=_round(sum(g) / len(g) if (g := refill_gaps(window, c)) else None, 2),
             front_cpu_us_per_token=cpu.front_us_per(int(result.get("total_output_tokens") or 0)),
             front_cpu_cores=_round(cpu.front(), 2), scheduler_cpu_cores=_round(cpu.cores.get("scheduler"), 2),
             router_cpu_cores=_round(cpu.cores.get("router"), 3),
@@ -230,6 +186,7 @@ class Sweep:
             f"TPOT p50 {run.tpot_p50_ms} ms, ITL p99 {run.itl_p99_ms} ms (chunk {run.chunk_itl_p99_ms} ms)"
             + f", batch {run.engine_running}, queue {run.engine_queued}"
             + f"; sampled: running {run.sampled_running}, full {run.full_fraction}, idle {run.idle_fraction}"
+            + f", refill {run.refill_s} s"
             + f"; CPU cores: front {run.front_cpu_cores}, scheduler {run.scheduler_cpu_cores}"
             + ("" if run.router_cpu_cores is None else f", router {run.router_cpu_cores}")
             + ("" if run.haproxy_cpu_cores is None else f", haproxy {run.haproxy_cpu_cores}")
@@ -381,8 +338,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--tokenizer", help="tokenizer dir (default: the config's model)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--warmup", type=int, default=1, choices=(0, 1), help="one unmeasured run at the highest "
-                   "level before the app's and each raw server's first (1)")  # fmt: skip
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        choices=(0, 1),
+        help="one unmeasured run at the highest level before the app's and each raw server's first (1)",
+    )
     p.add_argument("--ready-timeout", type=float, default=900.0)
     add_app_args(p)
     p.add_argument(

@@ -23,6 +23,7 @@ __all__ = [
     "ReplicaSample",
     "StatusPoller",
     "load_fractions",
+    "refill_gaps",
     "mean_accept_length",
     "mean_running",
     "on_fraction",
@@ -149,13 +150,14 @@ def mean_accept_length(samples: list[ReplicaSample]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def _per_time(samples: list[ReplicaSample]) -> list[tuple[int, int]]:
-    """(running, waiting) per sampling time, the replicas sampled at that time summed."""
+def _per_time(samples: list[ReplicaSample]) -> list[tuple[float, int, int]]:
+    """(t, running, waiting) per sampling time in the samples' order, the replicas sampled at that
+    time summed."""
     by_time: dict[float, tuple[int, int]] = {}
     for s in samples:
         running, waiting = by_time.get(s.t, (0, 0))
         by_time[s.t] = (running + s.running, waiting + s.waiting)
-    return list(by_time.values())
+    return [(t, running, waiting) for t, (running, waiting) in by_time.items()]
 
 
 def load_fractions(samples: list[ReplicaSample], concurrency: int) -> tuple[float, float] | None:
@@ -166,15 +168,34 @@ def load_fractions(samples: list[ReplicaSample], concurrency: int) -> tuple[floa
     points = _per_time(samples)
     if not points:
         return None
-    full = sum(1 for running, _ in points if running >= 0.9 * concurrency)
-    idle = sum(1 for running, waiting in points if running + waiting == 0)
+    full = sum(1 for _, running, _ in points if running >= 0.9 * concurrency)
+    idle = sum(1 for _, running, waiting in points if running + waiting == 0)
     return full / len(points), idle / len(points)
+
+
+def refill_gaps(samples: list[ReplicaSample], concurrency: int) -> list[float]:
+    """The seconds the engine took, each time it emptied after a full wave, to hold a wave again: from
+    the first sample with at most 2% of `concurrency` running or waiting (replicas summed) to the next
+    with at least 80%. A closed-loop client's turnaround between waves (its last requests' ends, its
+    next requests' way to the engine), at the samples' resolution (0.5 s in the sweep)."""
+    gaps: list[float] = []
+    emptied: float | None = None
+    was_full = False
+    for t, running, waiting in _per_time(samples):
+        load = running + waiting
+        if load >= 0.8 * concurrency:
+            if emptied is not None:
+                gaps.append(t - emptied)
+            emptied, was_full = None, True
+        elif was_full and emptied is None and load <= 0.02 * concurrency:
+            emptied = t
+    return gaps
 
 
 def mean_running(samples: list[ReplicaSample]) -> float | None:
     """Mean running requests per sampling time (replicas summed); None without samples."""
     points = _per_time(samples)
-    return sum(running for running, _ in points) / len(points) if points else None
+    return sum(running for _, running, _ in points) / len(points) if points else None
 
 
 def on_fraction(samples: list[ReplicaSample]) -> float | None:

@@ -111,10 +111,11 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
             assert float(r["chunk_itl_p50_ms"]) == pytest.approx(float(r["itl_p50_ms"]), abs=0.011), r
             assert float(r["chunk_itl_p99_ms"]) == pytest.approx(float(r["itl_p99_ms"]), abs=0.011), r
     for r in every:  # the 0.5-s samples inside the client's window (a run this short may hold none)
-        assert {"sampled_running", "full_fraction", "idle_fraction"} <= set(r), r
+        assert {"sampled_running", "full_fraction", "idle_fraction", "refill_s"} <= set(r), r
         if r["sampled_running"] != "":
             assert float(r["sampled_running"]) >= 0, r
             assert 0 <= float(r["full_fraction"]) <= 1 and 0 <= float(r["idle_fraction"]) <= 1, r
+        assert r["refill_s"] == "" or 0 < float(r["refill_s"]) < float(r["duration_s"]), r
     # the app's replicas count the tokens they generated: the referee saw the app's runs (runs of
     # 8 x 24 tokens: the replicas report every second and the referee stamps a report when it
     # arrives, so a sub-second run on a busy host could fall between two reports with equal counts)

@@ -1,11 +1,19 @@
 """What the sweeps read off the 0.5-s samples of every variant alike: the mean running batch, the
-share of samples at a full batch and the share idle between a closed-loop client's waves."""
+share of samples at a full batch and the share idle between a closed-loop client's waves, and how long
+the engine took to hold a wave again after it emptied."""
 
 from __future__ import annotations
 
 import pytest
 
-from loadtests.sweep.control import ReplicaSample, flip_count, load_fractions, mean_running, slow_step_count
+from loadtests.sweep.control import (
+    ReplicaSample,
+    flip_count,
+    load_fractions,
+    mean_running,
+    refill_gaps,
+    slow_step_count,
+)
 
 
 def _at(t: float, *running_waiting: tuple[int, int]) -> list[ReplicaSample]:
@@ -36,7 +44,32 @@ def test_replicas_sampled_at_one_time_add_up() -> None:
 
 
 def test_no_samples_say_nothing() -> None:
-    assert load_fractions([], 8) is None and mean_running([]) is None
+    assert load_fractions([], 8) is None and mean_running([]) is None and refill_gaps([], 8) == []
+
+
+def test_refill_gaps_run_from_an_emptied_engine_to_the_next_full_wave() -> None:
+    # c=100: the first ramp is not a gap (no full wave before it); a wave (>= 80 held), the engine
+    # empties (<= 2) at 2.0, refills through 2.5 and 3.0, holds 85 at 3.5: a 1.5-s gap; the next wave
+    # ends at 5.0, the run ends before the engine holds a wave again: no gap counted for it
+    loads = [(0.0, 0), (0.5, 40), (1.0, 90), (1.5, 50), (2.0, 2), (2.5, 0), (3.0, 60), (3.5, 85),
+             (4.0, 100), (5.0, 1), (5.5, 70)]  # fmt: skip
+    samples = [s for t, load in loads for s in _at(t, (min(load, 60), max(0, load - 60)))]
+    assert refill_gaps(samples, 100) == pytest.approx([1.5])
+
+
+def test_refill_gaps_sum_the_replicas_and_skip_dips_that_do_not_empty_the_engine() -> None:
+    # two replicas at c=8: dips to 2 + 1 and to 1 + 0 do not empty the engine (2% of 8 is 0.16), the
+    # dip to 0 + 0 does: one gap, from 2.0 to the 7 held at 3.0
+    samples = [
+        *_at(0.0, (4, 0), (4, 0)),
+        *_at(0.5, (2, 0), (1, 0)),
+        *_at(1.0, (4, 0), (3, 0)),
+        *_at(1.5, (1, 0), (0, 0)),
+        *_at(2.0, (0, 0), (0, 0)),
+        *_at(2.5, (0, 1), (0, 0)),
+        *_at(3.0, (3, 1), (2, 1)),
+    ]
+    assert refill_gaps(samples, 8) == pytest.approx([1.0])
 
 
 def test_flips_count_each_replicas_growth_from_its_first_sample() -> None:
