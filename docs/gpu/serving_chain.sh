@@ -36,7 +36,9 @@
 #                   e.g. an older commit's packages, `git archive REV deployments patched_worker policy | tar -x -C
 #                   .gpu-bundle/before`, carried with the last part) driven by this tree's client_sweep with
 #                   CHAIN_BEFORE_SWEEP's arguments (`--app-tree`; app variants only, the raw servers are the same
-#                   code), into $CHAIN_RESULTS/before, right after the sweep
+#                   code), into $CHAIN_RESULTS/before, right after the sweep. CHAIN_BEFORE2 / CHAIN_BEFORE2_SWEEP: a
+#                   second one, into $CHAIN_RESULTS/before2, after it. A `--config` in the arguments replaces the
+#                   chain's (client_sweep takes the last), and `.` is this tree: e.g. this code with another setting
 #   CHAIN_CLOSED / CHAIN_OPEN  arguments of loadtests.bench.client_transition --workload closed / open
 #                   (phases and SLOs); when set, those steps run after the sweep
 #   CHAIN_GPU_TESTS pytest arguments of the GPU correctness tests (e.g.
@@ -190,11 +192,15 @@ if [ -n "${CHAIN_SWEEP:-}" ]; then
   step sweep python3 -m loadtests.bench.client_sweep --config "$CONFIG" --out "$R/sweep" $CHAIN_SWEEP || exit 1
   pack_jit
 fi
-if [ -n "${CHAIN_BEFORE:-}" ]; then
-  # shellcheck disable=SC2086  # a list of words
-  step before python3 -m loadtests.bench.client_sweep --config "$CONFIG" --out "$R/before" \
-    --app-tree "$CHAIN_BEFORE" ${CHAIN_BEFORE_SWEEP:?CHAIN_BEFORE needs CHAIN_BEFORE_SWEEP} || exit 1
-fi
+for before in before before2; do  # CHAIN_BEFORE, then CHAIN_BEFORE2
+  tree_var=CHAIN_${before^^} args_var=CHAIN_${before^^}_SWEEP
+  if [ -n "${!tree_var:-}" ]; then
+    [ -n "${!args_var:-}" ] || { log "$tree_var needs $args_var"; exit 1; }
+    # shellcheck disable=SC2086  # a list of words
+    step "$before" python3 -m loadtests.bench.client_sweep --config "$CONFIG" --out "$R/$before" \
+      --app-tree "${!tree_var}" ${!args_var} || exit 1
+  fi
+done
 for workload in closed open; do
   args_var=CHAIN_${workload^^}
   if [ -n "${!args_var:-}" ]; then

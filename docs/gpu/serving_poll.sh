@@ -9,7 +9,7 @@ one() { local name=$1; shift; tar czf "$OUT/.$name.tmp" -C "$R" "$@" 2> /dev/nul
 pack() {
   [ -n "${OUT:-}" ] || return 0
   [ -d "$R/rawvsapp" ] && one rawvsapp.tgz --exclude='*.jsonl' --exclude='locust_*' rawvsapp rawvsapp.log progress.log
-  for d in fit sweep before transition_closed transition_open gpu_tests; do
+  for d in fit sweep before before2 transition_closed transition_open gpu_tests; do
     [ -d "$R/$d" ] && one "$d.tgz" --exclude='*.jsonl' "$d" "$d.log" progress.log $([ "$d" = fit ] && echo fitted.yaml) \
       $([ "$d" = sweep ] && [ -f "$R/top.log" ] && echo top.log)
   done
