@@ -18,6 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from loadtests.markdown import table
+
 __all__ = ["METRICS", "compare", "main", "render"]
 
 # sweep.csv columns, in the order the tables show them
@@ -31,9 +33,13 @@ Key = tuple[str, int]  # (variant, concurrency)
 Spread = dict[str, float]  # median, min, max, n
 
 
+def _csv(path: Path) -> Path:
+    """A results argument's sweep.csv: the file itself, or the one in the folder."""
+    return path / "sweep.csv" if path.is_dir() else path
+
+
 def _read(path: Path) -> list[dict[str, str]]:
-    path = path / "sweep.csv" if path.is_dir() else path
-    with path.open(newline="") as fh:
+    with _csv(path).open(newline="") as fh:
         return list(csv.DictReader(fh))
 
 
@@ -84,11 +90,11 @@ def render(result: dict[Key, list[dict[str, Spread | None]]], names: list[str]) 
         n = max((s["n"] for f in per_file for s in f.values() if s is not None), default=0)
         lines += [f"### {variant}, c={c} (up to {n:.0f} runs each)", ""]
         header = ["metric", *names, *(f"{name} / {names[0]}" for name in names[1:])]
-        lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        for m in per_file[0]:
-            cells = [_cell(f[m]) for f in per_file] + [_ratio(f[m], per_file[0][m]) for f in per_file[1:]]
-            lines.append("| " + " | ".join([m, *cells]) + " |")
-        lines.append("")
+        rows = [
+            [m, *(_cell(f[m]) for f in per_file), *(_ratio(f[m], per_file[0][m]) for f in per_file[1:])]
+            for m in per_file[0]
+        ]
+        lines.append(table(header, rows))
     return "\n".join(lines)
 
 
@@ -111,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(names) != len(args.results):
         print(f"sweep_compare: {len(names)} names for {len(args.results)} results", file=sys.stderr)
         return 2
-    missing = [str(r) for r in args.results if not (r / "sweep.csv" if r.is_dir() else r).is_file()]
+    missing = [str(r) for r in args.results if not _csv(r).is_file()]
     if missing:
         print(f"sweep_compare: no sweep.csv at {missing}", file=sys.stderr)
         return 2
