@@ -21,8 +21,10 @@ does. Greedy outputs are compared with the plain engine's: token-identical in fp
 a near-tie can differ (counted, not failed). TTFT comes with its parts, from SGLang's own request
 timestamps (every engine runs with `enable_metrics`, each in its own process): to the forward batch,
 SGLang's `prefill_forward` stage (until the scheduler processed the prefill's result) and the way out;
-at one user they say whether a first token waits in the scheduler or on its way. Writes results.json
-and report.md to --out.
+at one user they say whether a first token waits in the scheduler or on its way. `--repeat N` runs
+every level N times per engine (the specflip engine cycles its variants once per repeat; the plain
+engine runs before it): each level's record is its median run by steady tok/s, with every run's
+numbers under `repeats`. Writes results.json and report.md to --out.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from loadtests.bench.inprocess import (
     write_outputs,
 )
 
-__all__ = ["TTFT_PARTS", "VARIANTS", "WARMUP_TOKENS", "main"]
+__all__ = ["REPEAT_KEYS", "TTFT_PARTS", "VARIANTS", "WARMUP_TOKENS", "main"]
 
 # specflip variants share one engine; off_draft_prefill = warm_kv with upstream's draft forward at every
 # prefill (OffPrefill.DRAFT_FORWARD: how OFF prefilled before the OFF prefill wrote the draft K/V itself)
@@ -50,6 +52,7 @@ WARMUP_TOKENS = 16  # per request of a level's warm-up (one request per user, be
 # TTFT's parts (inprocess.Stream.ttft_parts_s), from SGLang's request timestamps (engines run with
 # enable_metrics, the same for every variant): to the forward batch, SGLang's prefill_forward stage, out
 TTFT_PARTS = ("to_forward", "prefill_forward", "out")
+REPEAT_KEYS = ("tok_s", "steady_tok_s", "seconds", "ttft_p50_ms")  # each repeat's, under a level's `repeats`
 
 
 def log(msg: str) -> None:
@@ -87,6 +90,16 @@ def _level(engine: Any, requests: list[tuple[list[int], int]], users: int, settl
     }
 
 
+def _repeated(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One level's record over its repeats: the median run by steady tok/s (by whole-run tok/s where a
+    run has no steady window), every run's throughput and TTFT under `repeats`, and every run's outputs."""
+    key = [r["steady_tok_s"] if r["steady_tok_s"] is not None else r["tok_s"] for r in runs]
+    median = dict(runs[sorted(range(len(runs)), key=key.__getitem__)[(len(runs) - 1) // 2]])
+    median["repeats"] = [{k: r[k] for k in REPEAT_KEYS} for r in runs]
+    median["outputs"] = [r["outputs"] for r in runs]
+    return median
+
+
 def _in_own_process(kind: str, config_path: str, *args: Any) -> Any:
     """Run one engine's levels in a fresh process (`_engine_levels`): each engine runs with SGLang's
     metrics on, which register in the process that starts the engine (Prometheus collectors and their
@@ -107,26 +120,33 @@ def _engine_levels(kind: str, config_path: str, *args: Any) -> Any:
 
 
 def _run_plain(
-    config: Any, levels: dict[int, list[tuple[list[int], int]]], settle_s: float
+    config: Any, levels: dict[int, list[tuple[list[int], int]]], settle_s: float, repeat: int
 ) -> dict[int, dict[str, Any]]:
     import sglang
 
     engine = sglang.Engine(**in_process_kwargs(config, speculative=False), enable_metrics=True)
     try:
-        out = {}
-        for c, requests in levels.items():
-            out[c] = _level(engine, requests, c, settle_s)
-            log(
-                f"plain c={c}: {_steady(out[c])} tok/s steady, {out[c]['tok_s']:,.0f} over the run "
-                f"({out[c]['tokens']} tokens, {out[c]['seconds']} s)"
-            )
-        return out
+        runs: dict[int, list[dict[str, Any]]] = {c: [] for c in levels}
+        for k in range(repeat):
+            for c, requests in levels.items():
+                r = _level(engine, requests, c, settle_s)
+                runs[c].append(r)
+                log(
+                    f"plain c={c}{_nth(k, repeat)}: {_steady(r)} tok/s steady, "
+                    f"{r['tok_s']:,.0f} over the run "
+                    f"({r['tokens']} tokens, {r['seconds']} s)"
+                )
+        return {c: _repeated(rs) for c, rs in runs.items()}
     finally:
         engine.shutdown()
 
 
 def _run_specflip(
-    config: Any, levels: dict[int, list[tuple[list[int], int]]], variants: list[str], settle_s: float
+    config: Any,
+    levels: dict[int, list[tuple[list[int], int]]],
+    variants: list[str],
+    settle_s: float,
+    repeat: int,
 ) -> dict[str, dict[int, dict[str, Any]]]:
     from patched_worker.engine import SpecFlipEngine
     from patched_worker.state import OffPrefill, Strategy, SwitchConfig
@@ -134,9 +154,9 @@ def _run_specflip(
     s = config.speculation
     switch = SwitchConfig(strategy=s.strategy, start_enabled=True, allow_cold=True)
     engine = SpecFlipEngine(switch=switch, **in_process_kwargs(config, speculative=True), enable_metrics=True)
-    out: dict[str, dict[int, dict[str, Any]]] = {}
+    runs: dict[str, dict[int, list[dict[str, Any]]]] = {v: {c: [] for c in levels} for v in variants}
     try:
-        for variant in variants:
+        for k, variant in ((k, v) for k in range(repeat) for v in variants):
             engine.set_speculation(variant == "on")
             if variant != "on":
                 strategy = "warm_kv" if variant == "off_draft_prefill" else variant.removeprefix("off_")
@@ -144,7 +164,6 @@ def _run_specflip(
                 engine.set_off_prefill(
                     OffPrefill.DRAFT_FORWARD if variant == "off_draft_prefill" else OffPrefill.KV_WRITE
                 )
-            out[variant] = {}
             for c, requests in levels.items():
                 before = engine.get_speculation_state()
                 r = _level(engine, requests, c, settle_s)
@@ -161,20 +180,31 @@ def _run_specflip(
                 r["off_prefills"] = state.off_prefills - before.off_prefills
                 r["strategy"] = state.strategy.value
                 r["enabled"] = state.enabled
-                out[variant][c] = r
+                runs[variant][c].append(r)
                 log(
-                    f"specflip {variant} c={c}: {_steady(r)} tok/s steady, {r['tok_s']:,.0f} over the run "
+                    f"specflip {variant} c={c}{_nth(k, repeat)}: {_steady(r)} tok/s steady, "
+                    f"{r['tok_s']:,.0f} over the run "
                     f"({r['tokens']} tokens, {r['seconds']} s; "
                     f"steady step {r.get('decode_step_ms', 0)} ms at batch {r.get('decode_batch', 0)}, "
                     f"{r['off_prefills']} OFF prefills)"
                 )
-        return out
+        return {v: {c: _repeated(rs) for c, rs in by_c.items()} for v, by_c in runs.items()}
     finally:
         engine.shutdown()
 
 
+def _nth(k: int, repeat: int) -> str:
+    return f" repeat {k + 1}/{repeat}" if repeat > 1 else ""
+
+
 def _steady(r: dict[str, Any]) -> str:
     return "-" if r.get("steady_tok_s") is None else f"{r['steady_tok_s']:,.0f}"
+
+
+def _spread(r: dict[str, Any], key: str) -> str:
+    """[min-max] of a value over a level's repeats (nothing for one run)."""
+    values = [x[key] for x in r.get("repeats", []) if x.get(key) is not None]
+    return f" [{min(values):,.0f}-{max(values):,.0f}]" if len(values) > 1 else ""
 
 
 def _report(results: dict[str, Any]) -> str:
@@ -189,7 +219,9 @@ def _report(results: dict[str, Any]) -> str:
         f"[{1 - results['spread']:g}, {1 + results['spread']:g}] (ignore_eos), greedy, streamed. Output tok/s "
         f"in the steady window (tokens that arrived from {results.get('settle', 0):g} s after a level's start "
         "until its last request was sent, every user in flight), and over the level's whole run (ramp-up "
-        "and tail included); x = over the plain engine at the same level; identical = requests whose "
+        f"and tail included); {results.get('repeat', 1)} run(s) per level and engine, the median run by "
+        "steady tok/s, [min-max] over the runs; x = the medians over the plain engine's at the same level; "
+        "identical = requests whose "
         "output equals the plain engine's, token for token; step = the engine's mean steady decode step "
         "(steps right after a prefill left out) and its mean batch; TTFT p50 of the requests sent in the "
         "steady window, and in brackets the p50 of each of its parts (ms): to the forward batch, SGLang's "
@@ -206,11 +238,12 @@ def _report(results: dict[str, Any]) -> str:
             if r is None:
                 cells.append("")
                 continue
-            cell = f"{_steady(r)} ({r['tok_s']:,.0f} run)"
+            cell = f"{_steady(r)}{_spread(r, 'steady_tok_s')} ({r['tok_s']:,.0f}{_spread(r, 'tok_s')} run)"
             if base and v != "plain":
                 if r.get("steady_tok_s") and base.get("steady_tok_s"):
                     cell += f", {r['steady_tok_s'] / base['steady_tok_s']:.3f}x steady"
-                cell += f", {r['tok_s'] / base['tok_s']:.3f}x run, identical {r['identical']}/{r['requests']}"
+                compared = r.get("compared", r["requests"])  # every run's requests (older results: one run's)
+                cell += f", {r['tok_s'] / base['tok_s']:.3f}x run, identical {r['identical']}/{compared}"
             if r.get("decode_step_ms") is not None:
                 cell += f"; step {r['decode_step_ms']:.2f} ms at batch {r['decode_batch']:.0f}"
             if r.get("ttft_p50_ms") is not None:
@@ -226,11 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     p = bench_parser("loadtests.bench.engine_arrivals", __doc__, "64,128,256", "out/engine_arrivals")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--requests-per-user", type=int, default=4)
+    p.add_argument("--repeat", type=int, default=1, help="runs of every level per engine (median reported)")
     p.add_argument(
         "--settle", type=float, default=2.0, help="seconds after a level starts before its steady window"
     )
     a = p.parse_args(argv)
     variants = [v for v in a.variants.split(",") if v]
+    if a.repeat < 1:
+        print("engine_arrivals: --repeat takes a whole number >= 1", file=sys.stderr)
+        return 2
     if set(variants) - set(VARIANTS) or not variants:
         print(f"engine_arrivals: --variants takes {', '.join(VARIANTS)}", file=sys.stderr)
         return 2
@@ -247,22 +284,25 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S"), "config": str(a.config), "concurrency": concurrency,
         "requests_per_user": a.requests_per_user, "input_len": a.input_len, "output_len": a.output_len,
-        "spread": a.output_spread, "settle": a.settle, "runs": {},
+        "spread": a.output_spread, "settle": a.settle, "repeat": a.repeat, "runs": {},
     }  # fmt: skip
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     if "plain" in variants:
         log("plain engine: starting")
-        runs["plain"] = _in_own_process("plain", str(a.config), levels, a.settle)
+        runs["plain"] = _in_own_process("plain", str(a.config), levels, a.settle, a.repeat)
     spec = [v for v in VARIANTS if v in variants and v != "plain"]
     if spec:
         log(f"specflip engine: starting ({', '.join(spec)})")
-        runs.update(_in_own_process("specflip", str(a.config), levels, spec, a.settle))
-    plain_outputs = {c: r["outputs"] for c, r in runs.get("plain", {}).items()}
+        runs.update(_in_own_process("specflip", str(a.config), levels, spec, a.settle, a.repeat))
+    plain_outputs = {c: r["outputs"][0] for c, r in runs.get("plain", {}).items()}  # its first run's
     for variant, by_c in runs.items():
         for c, r in by_c.items():
-            outputs, base = r.pop("outputs"), plain_outputs.get(c)
-            r["requests"] = len(outputs)
-            r["identical"] = None if base is None else sum(o == b for o, b in zip(outputs, base, strict=True))
+            outputs, base = r.pop("outputs"), plain_outputs.get(c)  # every repeat's
+            r["requests"], r["compared"] = len(outputs[0]), sum(len(o) for o in outputs)  # a run's; all runs'
+            if base is None:
+                r["identical"] = None
+            else:  # every run's outputs against the plain engine's first run
+                r["identical"] = sum(o == b for run in outputs for o, b in zip(run, base, strict=True))
         results["runs"][variant] = {str(c): r for c, r in by_c.items()}
     log(f"done: {write_outputs(a.out, results, _report(results))}")
     return 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.bench.engine_arrivals import TTFT_PARTS, WARMUP_TOKENS
+from loadtests.bench.engine_arrivals import REPEAT_KEYS, TTFT_PARTS, WARMUP_TOKENS, _repeated
 from loadtests.bench.inprocess import Stream, make_requests
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -36,22 +36,50 @@ def test_ttft_parts_split_a_first_token_at_sglangs_stage_times() -> None:
     assert Stream(sent=100.0).ttft_parts_s is None  # an engine without metrics reports no stage times
 
 
+def test_a_levels_record_is_its_median_run_with_every_run_kept() -> None:
+    def run(steady: float | None, tok_s: float, outputs: list[list[int]]) -> dict:
+        return {
+            "steady_tok_s": steady,
+            "tok_s": tok_s,
+            "seconds": 1.0,
+            "ttft_p50_ms": tok_s / 10,
+            "outputs": outputs,
+        }
+
+    runs = [run(900.0, 800.0, [[1]]), run(700.0, 950.0, [[2]]), run(800.0, 600.0, [[3]])]
+    r = _repeated(runs)
+    assert r["steady_tok_s"] == 800.0 and r["tok_s"] == 600.0  # the median by steady tok/s, whole
+    assert [x["steady_tok_s"] for x in r["repeats"]] == [900.0, 700.0, 800.0]  # in run order
+    assert all(set(x) == set(REPEAT_KEYS) for x in r["repeats"])
+    assert r["outputs"] == [[[1]], [[2]], [[3]]]  # every run's, for the comparison with plain
+    assert _repeated([runs[0], runs[1]])["steady_tok_s"] == 700.0  # of two, the lower
+    # a run without a steady window ranks by its whole run
+    assert _repeated([run(None, 5.0, []), run(None, 9.0, []), run(None, 7.0, [])])["tok_s"] == 7.0
+    assert _repeated([runs[0]])["repeats"] == [{k: runs[0][k] for k in REPEAT_KEYS}]
+
+
 def test_engine_arrivals_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path, model_pair) -> None:  # noqa: ANN001
     out = tmp_path / "out"
     argv = [
-        sys.executable, "-m", "loadtests.bench.engine_arrivals", "--config", str(tiny_config), "--concurrency", "2,3",
-        "--requests-per-user", "2", "--input-len", "12", "--output-len", "10", "--settle", "0", "--out", str(out),
+        sys.executable, "-m", "loadtests.bench.engine_arrivals", "--config", str(tiny_config), "--concurrency", "3",
+        "--requests-per-user", "2", "--repeat", "2", "--input-len", "12", "--output-len", "10", "--settle", "0", "--out", str(out),
     ]  # fmt: skip
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads((out / "results.json").read_text())
     assert set(data["runs"]) == {"plain", "on", "off_warm_kv", "off_draft_prefill", "off_cold"}
-    for c in (2, 3):
+    assert data["repeat"] == 2
+    for c in (3,):
         asked = sum(n for _, n in make_requests(c, 2, 12, 10, 0.5, _vocab(model_pair.target)))
         for variant, by_c in data["runs"].items():
             r = by_c[str(c)]
             assert r["requests"] == 2 * c and r["tokens"] == asked, (variant, c, r)  # ignore_eos: all of them
-            assert r["identical"] == r["requests"], (variant, c, r)  # greedy = plain's, token for token
+            # both runs' outputs compared with plain's: greedy = plain's, token for token, every run
+            assert r["compared"] == 2 * r["requests"] and r["identical"] == r["compared"], (variant, c, r)
+            # the record is the median run (of two, the lower by steady tok/s); both runs kept
+            assert len(r["repeats"]) == 2 and r["steady_tok_s"] == min(
+                x["steady_tok_s"] for x in r["repeats"]
+            )
             assert r["tok_s"] > 0 and r["seconds"] > 0
             # the steady window: from the start until the last request was sent, the tokens streamed in it
             assert 0 < r["steady_s"] < r["seconds"] and r["steady_tok_s"] > 0, (variant, c, r)
@@ -83,7 +111,8 @@ def test_engine_arrivals_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path, mo
     assert "| c | plain | on | off_warm_kv | off_draft_prefill | off_cold |" in report
     assert "; step " in report and " ms at batch " in report
     assert "(to_forward " in report and " + prefill_forward " in report
-    assert "identical 6/6" in report and "| 3 |" in report and "x steady" in report
+    assert "identical 12/12" in report and "| 3 |" in report and "x steady" in report
+    assert "2 run(s) per level" in report and " run)" in report and "] (" in report  # [min-max] spreads
 
 
 def _vocab(path: str) -> int:
