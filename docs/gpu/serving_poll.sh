@@ -13,7 +13,9 @@ pack() {
     [ -d "$R/$d" ] && one "$d.tgz" --exclude='*.jsonl' "$d" "$d.log" progress.log $([ "$d" = fit ] && echo fitted.yaml) \
       $([ "$d" = sweep ] && [ -f "$R/top.log" ] && echo top.log)
   done
-  [ -d "$R/arrivals" ] && one arrivals.tgz arrivals arrivals.log
+  # the profiles' traces apart: a pack over $OUT's 16 MiB per file would not come back, results and all
+  [ -d "$R/arrivals" ] && one arrivals.tgz --exclude='arrivals/profiles' arrivals arrivals.log
+  [ -d "$R/arrivals/profiles" ] && one arrivals-profiles.tgz arrivals/profiles
   [ -d "$R/jit" ] && cp -u "$R"/jit/*.tgz "$OUT"/ 2> /dev/null  # the kernel caches once, not every minute
   return 0
 }

@@ -24,13 +24,18 @@ SGLang's `prefill_forward` stage (until the scheduler processed the prefill's re
 at one user they say whether a first token waits in the scheduler or on its way. `--repeat N` runs
 every level N times per engine (the specflip engine cycles its variants once per repeat; the plain
 engine runs before it): each level's record is its median run by steady tok/s, with every run's
-numbers under `repeats`. Writes results.json and report.md to --out.
+numbers under `repeats`. `--profile-steps N` adds one unmeasured run per level and engine (variant)
+with SGLang's own profiler (`Engine.start_profile`, torch's, CPU and GPU activity) over its first N
+forward steps: the first wave's prefill chunks and the decode steps after them; each trace lands in
+--out/profiles and its summary (`loadtests.bench.trace_summary`: GPU busy and idle, host waits, top
+kernels) under the level's `profile`. Writes results.json and report.md to --out.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from loadtests.bench.inprocess import (
@@ -42,6 +47,7 @@ from loadtests.bench.inprocess import (
     streamed,
     write_outputs,
 )
+from loadtests.bench.trace_summary import line, summarize_file
 
 __all__ = ["REPEAT_KEYS", "TTFT_PARTS", "VARIANTS", "WARMUP_TOKENS", "main"]
 
@@ -90,6 +96,38 @@ def _level(engine: Any, requests: list[tuple[list[int], int]], users: int, settl
     }
 
 
+def _profiled(
+    engine: Any, requests: list[tuple[list[int], int]], users: int, steps: int, folder: str, name: str
+) -> dict[str, Any] | None:
+    """One more run of a level, not measured, with SGLang's profiler over its first `steps` forward
+    steps (started before its first request); the trace's summary, None if no trace came."""
+    import torch
+
+    closed_loop(engine, [(ids, WARMUP_TOKENS) for ids, _ in requests[:users]], users)  # as a measured run
+    activities = ["CPU", "GPU"] if torch.cuda.is_available() else ["CPU"]
+    engine.start_profile(
+        output_dir=folder, num_steps=steps, activities=activities, with_stack=False, record_shapes=False,
+        profile_id=name,
+    )  # fmt: skip
+    streamed(engine, requests, users)
+    trace = Path(folder) / f"{name}-TP-0.trace.json.gz"  # SGLang's name for rank 0's trace
+    # the scheduler writes it after the N-th step, while the run goes on: wait for its size to settle
+    deadline, size = time.monotonic() + 60, -1
+    while time.monotonic() < deadline and not (trace.exists() and trace.stat().st_size == size > 0):
+        size = trace.stat().st_size if trace.exists() else -1
+        time.sleep(1.0)
+    if not trace.exists():
+        log(f"{name}: no trace in {folder}")
+        return None
+    try:
+        summary = summarize_file(trace)
+    except (OSError, EOFError, ValueError) as e:  # a trace cut short costs its summary, not the run's results
+        log(f"{name}: trace {trace} unreadable: {e}")
+        return None
+    log(f"{name}: profile of {steps} steps: {line(summary)}")
+    return summary
+
+
 def _repeated(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One level's record over its repeats: the median run by steady tok/s (by whole-run tok/s where a
     run has no steady window), every run's throughput and TTFT under `repeats`, and every run's outputs."""
@@ -120,7 +158,11 @@ def _engine_levels(kind: str, config_path: str, *args: Any) -> Any:
 
 
 def _run_plain(
-    config: Any, levels: dict[int, list[tuple[list[int], int]]], settle_s: float, repeat: int
+    config: Any,
+    levels: dict[int, list[tuple[list[int], int]]],
+    settle_s: float,
+    repeat: int,
+    profile: tuple[int, str],
 ) -> dict[int, dict[str, Any]]:
     import sglang
 
@@ -136,7 +178,11 @@ def _run_plain(
                     f"{r['tok_s']:,.0f} over the run "
                     f"({r['tokens']} tokens, {r['seconds']} s)"
                 )
-        return {c: _repeated(rs) for c, rs in runs.items()}
+        out = {c: _repeated(rs) for c, rs in runs.items()}
+        steps, folder = profile
+        for c, requests in levels.items() if steps else ():
+            out[c]["profile"] = _profiled(engine, requests, c, steps, folder, f"plain-c{c}")
+        return out
     finally:
         engine.shutdown()
 
@@ -147,6 +193,7 @@ def _run_specflip(
     variants: list[str],
     settle_s: float,
     repeat: int,
+    profile: tuple[int, str],
 ) -> dict[str, dict[int, dict[str, Any]]]:
     from patched_worker.engine import SpecFlipEngine
     from patched_worker.state import OffPrefill, Strategy, SwitchConfig
@@ -155,15 +202,19 @@ def _run_specflip(
     switch = SwitchConfig(strategy=s.strategy, start_enabled=True, allow_cold=True)
     engine = SpecFlipEngine(switch=switch, **in_process_kwargs(config, speculative=True), enable_metrics=True)
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {v: {c: [] for c in levels} for v in variants}
+
+    def hold(variant: str) -> None:
+        engine.set_speculation(variant == "on")
+        if variant != "on":
+            strategy = "warm_kv" if variant == "off_draft_prefill" else variant.removeprefix("off_")
+            engine.set_strategy(Strategy(strategy))
+            engine.set_off_prefill(
+                OffPrefill.DRAFT_FORWARD if variant == "off_draft_prefill" else OffPrefill.KV_WRITE
+            )
+
     try:
         for k, variant in ((k, v) for k in range(repeat) for v in variants):
-            engine.set_speculation(variant == "on")
-            if variant != "on":
-                strategy = "warm_kv" if variant == "off_draft_prefill" else variant.removeprefix("off_")
-                engine.set_strategy(Strategy(strategy))
-                engine.set_off_prefill(
-                    OffPrefill.DRAFT_FORWARD if variant == "off_draft_prefill" else OffPrefill.KV_WRITE
-                )
+            hold(variant)
             for c, requests in levels.items():
                 before = engine.get_speculation_state()
                 r = _level(engine, requests, c, settle_s)
@@ -188,7 +239,13 @@ def _run_specflip(
                     f"steady step {r.get('decode_step_ms', 0)} ms at batch {r.get('decode_batch', 0)}, "
                     f"{r['off_prefills']} OFF prefills)"
                 )
-        return {v: {c: _repeated(rs) for c, rs in by_c.items()} for v, by_c in runs.items()}
+        out = {v: {c: _repeated(rs) for c, rs in by_c.items()} for v, by_c in runs.items()}
+        steps, folder = profile
+        for variant in variants if steps else ():
+            hold(variant)
+            for c, requests in levels.items():
+                out[variant][c]["profile"] = _profiled(engine, requests, c, steps, folder, f"{variant}-c{c}")
+        return out
     finally:
         engine.shutdown()
 
@@ -252,6 +309,17 @@ def _report(results: dict[str, Any]) -> str:
                 cell += " (" + " + ".join(f"{k} {v:.1f}" for k, v in r["ttft_parts_p50_ms"].items()) + ")"
             cells.append(cell)
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    profiled = [
+        (v, c, r["profile"]) for v in variants for c, r in results["runs"][v].items() if r.get("profile")
+    ]
+    if profiled:
+        lines += [
+            "",
+            f"Profiles (one more run each, not measured: SGLang's profiler over its first "
+            f"{results['profile_steps']} forward steps; traces in profiles/):",
+            "",
+        ]
+        lines += [f"- {v} c={c}: {line(summary)}" for v, c, summary in profiled]
     return "\n".join(lines) + "\n"
 
 
@@ -261,12 +329,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests-per-user", type=int, default=4)
     p.add_argument("--repeat", type=int, default=1, help="runs of every level per engine (median reported)")
     p.add_argument(
+        "--profile-steps",
+        type=int,
+        default=0,
+        help="one more run per level and engine with SGLang's profiler over its first N steps (0: none)",
+    )
+    p.add_argument(
         "--settle", type=float, default=2.0, help="seconds after a level starts before its steady window"
     )
     a = p.parse_args(argv)
     variants = [v for v in a.variants.split(",") if v]
-    if a.repeat < 1:
-        print("engine_arrivals: --repeat takes a whole number >= 1", file=sys.stderr)
+    if a.repeat < 1 or a.profile_steps < 0:
+        print("engine_arrivals: --repeat takes a whole number >= 1, --profile-steps >= 0", file=sys.stderr)
         return 2
     if set(variants) - set(VARIANTS) or not variants:
         print(f"engine_arrivals: --variants takes {', '.join(VARIANTS)}", file=sys.stderr)
@@ -284,16 +358,17 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S"), "config": str(a.config), "concurrency": concurrency,
         "requests_per_user": a.requests_per_user, "input_len": a.input_len, "output_len": a.output_len,
-        "spread": a.output_spread, "settle": a.settle, "repeat": a.repeat, "runs": {},
+        "spread": a.output_spread, "settle": a.settle, "repeat": a.repeat, "profile_steps": a.profile_steps, "runs": {},
     }  # fmt: skip
     runs: dict[str, dict[int, dict[str, Any]]] = {}
+    profile = (a.profile_steps, str((Path(a.out) / "profiles").resolve()))
     if "plain" in variants:
         log("plain engine: starting")
-        runs["plain"] = _in_own_process("plain", str(a.config), levels, a.settle, a.repeat)
+        runs["plain"] = _in_own_process("plain", str(a.config), levels, a.settle, a.repeat, profile)
     spec = [v for v in VARIANTS if v in variants and v != "plain"]
     if spec:
         log(f"specflip engine: starting ({', '.join(spec)})")
-        runs.update(_in_own_process("specflip", str(a.config), levels, spec, a.settle, a.repeat))
+        runs.update(_in_own_process("specflip", str(a.config), levels, spec, a.settle, a.repeat, profile))
     plain_outputs = {c: r["outputs"][0] for c, r in runs.get("plain", {}).items()}  # its first run's
     for variant, by_c in runs.items():
         for c, r in by_c.items():

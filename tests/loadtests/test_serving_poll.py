@@ -79,3 +79,23 @@ def test_poll_stops_waiting_once_no_chain_runs(tmp_path: Path) -> None:
     assert done.returncode == 0 and time.monotonic() - started < 15
     assert "no chain holds" in done.stdout and "[chain] all done" in done.stdout
     assert (out / "sweep.tgz").is_file()
+
+
+def test_the_engines_alone_come_back_without_their_traces_and_the_traces_apart(tmp_path: Path) -> None:
+    """A profiled arrivals run's traces can be megabytes each: in their own pack, so a pack over the
+    device tool's per-file limit would cost the traces, never the results."""
+    files = {
+        "arrivals/results.json": "{}",
+        "arrivals/report.md": "# report\n",
+        "arrivals/profiles/plain-c256-TP-0.trace.json.gz": "trace",
+        "arrivals.log": "[engine-arrivals] done\n",
+    }
+    out, env = _chain_results(tmp_path, files)
+    done = subprocess.run(["bash", str(POLL), "0"], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0
+    with tarfile.open(out / "arrivals.tgz") as tar:
+        names = set(tar.getnames())
+    assert {"arrivals/results.json", "arrivals/report.md", "arrivals.log"} <= names
+    assert not any("profiles" in n for n in names)
+    with tarfile.open(out / "arrivals-profiles.tgz") as tar:
+        assert "arrivals/profiles/plain-c256-TP-0.trace.json.gz" in tar.getnames()

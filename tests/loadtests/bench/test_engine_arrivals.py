@@ -62,7 +62,7 @@ def test_engine_arrivals_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path, mo
     out = tmp_path / "out"
     argv = [
         sys.executable, "-m", "loadtests.bench.engine_arrivals", "--config", str(tiny_config), "--concurrency", "3",
-        "--requests-per-user", "2", "--repeat", "2", "--input-len", "12", "--output-len", "10", "--settle", "0", "--out", str(out),
+        "--requests-per-user", "2", "--repeat", "2", "--profile-steps", "4", "--input-len", "12", "--output-len", "10", "--settle", "0", "--out", str(out),
     ]  # fmt: skip
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -107,11 +107,22 @@ def test_engine_arrivals_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path, mo
                 # every prefill of an OFF level skips the draft forward, but under off_draft_prefill
                 assert (r["off_prefills"] > 0) is (variant in ("off_warm_kv", "off_cold")), (variant, r)
                 assert r["decode_batch"] > 0 and r["decode_step_ms"] > 0, (variant, r)
+            # one more run with SGLang's profiler over its first 4 steps: a CPU trace (no GPU, no CUDA
+            # runtime), summarised by its host ops, kept under profiles/
+            prof = r["profile"]
+            assert prof is not None and prof["trace"] == f"{variant}-c{c}-TP-0.trace.json.gz", (variant, prof)
+            assert (out / "profiles" / prof["trace"]).exists()
+            assert prof["span_ms"] > 0 and prof["gpu"] is None and prof["host_waits"] is None, (variant, prof)
+            assert prof["top_host_ops"] and all(op["total_ms"] > 0 for op in prof["top_host_ops"]), (
+                variant,
+                prof,
+            )
     report = (out / "report.md").read_text()
     assert "| c | plain | on | off_warm_kv | off_draft_prefill | off_cold |" in report
     assert "; step " in report and " ms at batch " in report
     assert "(to_forward " in report and " + prefill_forward " in report
     assert "identical 12/12" in report and "| 3 |" in report and "x steady" in report
+    assert "SGLang's profiler over its first 4 forward steps" in report and "- off_cold c=3: span " in report
     assert "2 run(s) per level" in report and " run)" in report and "] (" in report  # [min-max] spreads
 
 

@@ -1,0 +1,146 @@
+"""What a torch profiler trace (Chrome JSON, as SGLang's `start_profile` writes it) says about where a
+window of engine steps spent its time: how long the GPU was busy and how long it sat idle between
+kernels, how long the host waited on the device, and the kernels and host ops that took the most.
+
+    python -m loadtests.bench.trace_summary out/arrivals/profiles/*.trace.json.gz
+
+Why: the engines alone found the OFF engine's prefill stage ~8% longer than a plain engine's at c=256
+(docs/benchmarks.md); a longer stage can be more GPU work, or the GPU waiting for a host that waits
+on it. Comparing two engines' summaries over the same kind of window says which.
+
+GPU time: the union of the trace's kernel, memcpy and memset intervals (`busy`), and the gaps between
+them from the window's first to its last (`idle`). Host waits: the CUDA runtime calls that block the
+host until the device is done (`HOST_WAITS`). A trace of a CPU-only run has no GPU or runtime events:
+those fields are None and the host ops carry the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+__all__ = ["GPU_CATEGORIES", "HOST_WAITS", "main", "summarize", "summarize_file"]
+
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# runtime calls that return only when the device (or a stream, or an event) has caught up; a
+# synchronous memcpy waits for the work queued before it on its stream
+HOST_WAITS = (
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+)
+TOP = 8  # kernels and host ops listed, by total time
+
+
+def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary of one trace's complete events (`ph` "X"; times in microseconds, as Chrome's)."""
+    spans = [e for e in events if e.get("ph") == "X" and "dur" in e and "ts" in e]
+    if not spans:
+        return {"span_ms": 0.0, "gpu": None, "host_waits": None, "top_kernels": [], "top_host_ops": []}
+    start = min(float(e["ts"]) for e in spans)
+    end = max(float(e["ts"]) + float(e["dur"]) for e in spans)
+    gpu = [e for e in spans if e.get("cat") in GPU_CATEGORIES]
+    runtime = [e for e in spans if e.get("cat") == "cuda_runtime"]
+    host_ops = [e for e in spans if e.get("cat") == "cpu_op"]
+    return {
+        "span_ms": _ms(end - start),
+        "gpu": _gpu_time(gpu) if gpu else None,
+        "host_waits": _host_waits(runtime) if runtime else None,
+        "top_kernels": _top(e for e in spans if e.get("cat") == "kernel"),
+        "top_host_ops": _top(host_ops),
+    }
+
+
+def summarize_file(path: str | Path) -> dict[str, Any]:
+    """`summarize` of a trace file (gzipped or not), with its path."""
+    p = Path(path)
+    raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+    data = json.loads(raw)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    return {"trace": p.name, **summarize(events)}
+
+
+def _gpu_time(gpu: list[dict[str, Any]]) -> dict[str, float]:
+    """Busy time (the union of the intervals) and idle time (the gaps between its first and last)."""
+    intervals = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in gpu)
+    busy, (cur_start, cur_end) = 0.0, intervals[0]
+    for s, e in intervals[1:]:
+        if s > cur_end:
+            busy += cur_end - cur_start
+            cur_start, cur_end = s, e
+        else:
+            cur_end = max(cur_end, e)
+    busy += cur_end - cur_start
+    window = max(e for _, e in intervals) - intervals[0][0]
+    return {"window_ms": _ms(window), "busy_ms": _ms(busy), "idle_ms": _ms(window - busy)}
+
+
+def _host_waits(runtime: list[dict[str, Any]]) -> dict[str, Any]:
+    waits = [e for e in runtime if e.get("name") in HOST_WAITS]
+    by_name: dict[str, list[float]] = defaultdict(list)
+    for e in waits:
+        by_name[e["name"]].append(float(e["dur"]))
+    return {
+        "total_ms": _ms(sum(float(e["dur"]) for e in waits)),
+        "count": len(waits),
+        "longest_ms": _ms(max((float(e["dur"]) for e in waits), default=0.0)),
+        "by_call": {k: {"count": len(v), "total_ms": _ms(sum(v))} for k, v in sorted(by_name.items())},
+    }
+
+
+def _top(events: Any) -> list[dict[str, Any]]:
+    total: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for e in events:
+        total[e["name"]] += float(e["dur"])
+        count[e["name"]] += 1
+    ranked = sorted(total, key=total.__getitem__, reverse=True)[:TOP]
+    return [{"name": n[:100], "count": count[n], "total_ms": _ms(total[n])} for n in ranked]
+
+
+def _ms(us: float) -> float:
+    return round(us / 1e3, 3)
+
+
+def line(s: dict[str, Any]) -> str:
+    """One summary in a line: span, GPU busy/idle, host waits, the top kernel."""
+    parts = [f"span {s['span_ms']:,.1f} ms"]
+    if s["gpu"]:
+        g = s["gpu"]
+        parts.append(f"GPU busy {g['busy_ms']:,.1f} / idle {g['idle_ms']:,.1f} ms")
+    if s["host_waits"]:
+        w = s["host_waits"]
+        parts.append(f"host waits {w['total_ms']:,.1f} ms ({w['count']}, longest {w['longest_ms']:,.1f})")
+    top = s["top_kernels"] or s["top_host_ops"]
+    if top:
+        parts.append(f"top {top[0]['name'][:48]} {top[0]['total_ms']:,.1f} ms x{top[0]['count']}")
+    return ", ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="loadtests.bench.trace_summary", description=__doc__.split("\n\n")[0])
+    p.add_argument("traces", nargs="+", help="trace files (.json or .json.gz)")
+    p.add_argument("--json", help="write the summaries here too")
+    a = p.parse_args(argv)
+    summaries = []
+    for t in a.traces:
+        try:
+            summaries.append(summarize_file(t))
+        except (OSError, ValueError, KeyError) as e:
+            print(f"trace_summary: {t}: {e}", file=sys.stderr)
+            return 2
+    for s in summaries:
+        print(f"{s['trace']}: {line(s)}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(summaries, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

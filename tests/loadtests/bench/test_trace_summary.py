@@ -1,0 +1,66 @@
+"""loadtests.bench.trace_summary on hand-made traces: the GPU's busy time is the union of its
+intervals and its idle time the gaps between them, host waits are the blocking runtime calls only,
+and a CPU-only trace summarises by its host ops."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from loadtests.bench.trace_summary import main, summarize, summarize_file
+
+
+def _x(cat: str, name: str, ts: float, dur: float) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+
+
+GPU_TRACE = [
+    _x("cpu_op", "aten::mm", 0, 50),
+    _x("cuda_runtime", "cudaLaunchKernel", 5, 2),
+    _x("cuda_runtime", "cudaStreamSynchronize", 60, 300),  # the host waits 0.3 ms
+    _x("cuda_runtime", "cudaMemcpy", 400, 100),
+    _x("kernel", "gemm", 100, 200),  # 100-300
+    _x("kernel", "attn", 250, 100),  # 250-350: overlaps gemm on another stream
+    _x("gpu_memcpy", "Memcpy DtoH", 600, 50),  # 600-650: idle 350-600
+    _x("kernel", "gemm", 1000, 100),  # 1000-1100: idle 650-1000
+    {"ph": "i", "name": "marker", "ts": 5000},  # not a complete event
+]
+
+
+def test_busy_is_the_union_of_the_gpu_intervals_and_idle_the_gaps_between_them() -> None:
+    s = summarize(GPU_TRACE)
+    assert s["span_ms"] == pytest.approx(1.1)  # 0 to 1100 us
+    # busy: 100-350 (250) + 600-650 (50) + 1000-1100 (100) = 400 us; window 100-1100
+    assert s["gpu"] == {"window_ms": 1.0, "busy_ms": 0.4, "idle_ms": 0.6}
+    w = s["host_waits"]
+    assert w["total_ms"] == pytest.approx(0.4) and w["count"] == 2 and w["longest_ms"] == 0.3
+    assert set(w["by_call"]) == {"cudaStreamSynchronize", "cudaMemcpy"}  # a launch is no wait
+    assert [k["name"] for k in s["top_kernels"]] == ["gemm", "attn"]
+    assert s["top_kernels"][0] == {"name": "gemm", "count": 2, "total_ms": 0.3}
+    assert s["top_host_ops"] == [{"name": "aten::mm", "count": 1, "total_ms": 0.05}]
+
+
+def test_a_cpu_only_trace_has_no_gpu_and_no_waits_and_an_empty_one_nothing() -> None:
+    s = summarize([_x("cpu_op", "aten::add", 10, 5), _x("cpu_op", "aten::add", 30, 5)])
+    assert s["gpu"] is None and s["host_waits"] is None and s["top_kernels"] == []
+    assert s["span_ms"] == 0.025 and s["top_host_ops"][0]["count"] == 2
+    assert summarize([])["span_ms"] == 0.0
+
+
+def test_files_gzipped_or_not_and_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gz = tmp_path / "plain-c256-TP-0.trace.json.gz"
+    gz.write_bytes(gzip.compress(json.dumps({"traceEvents": GPU_TRACE}).encode()))
+    plain = tmp_path / "off.json"
+    plain.write_text(json.dumps(GPU_TRACE))  # a bare event list is a trace too
+    assert summarize_file(gz)["gpu"] == summarize_file(plain)["gpu"]
+    assert main([str(gz), str(plain), "--json", str(tmp_path / "s.json")]) == 0
+    out = capsys.readouterr().out
+    assert "plain-c256-TP-0.trace.json.gz: span 1.1 ms, GPU busy 0.4 / idle 0.6 ms, host waits 0.4 ms" in out
+    assert len(json.loads((tmp_path / "s.json").read_text())) == 2
+    (tmp_path / "bad.json").write_text("{")
+    assert main([str(tmp_path / "bad.json")]) == 2
