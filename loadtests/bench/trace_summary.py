@@ -10,7 +10,9 @@ on it. Comparing two engines' summaries over the same kind of window says which.
 
 GPU time: the union of the trace's kernel, memcpy and memset intervals (`busy`), and the gaps between
 them from the window's first to its last (`idle`). Host waits: the CUDA runtime calls that block the
-host until the device is done (`HOST_WAITS`). A trace of a CPU-only run has no GPU or runtime events:
+host until the device is done (`HOST_WAITS`); beside them every runtime call ranked by its total time
+(`top_runtime`), since others block too at times (a launch into a full queue, an async copy from
+pageable memory that waits for its stream, a pinned allocation). A trace of a CPU-only run has no GPU or runtime events:
 those fields are None and the host ops carry the summary.
 """
 
@@ -42,7 +44,9 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     """The summary of one trace's complete events (`ph` "X"; times in microseconds, as Chrome's)."""
     spans = [e for e in events if e.get("ph") == "X" and "dur" in e and "ts" in e]
     if not spans:
-        return {"span_ms": 0.0, "gpu": None, "host_waits": None, "top_kernels": [], "top_host_ops": []}
+        return {
+            "span_ms": 0.0, "gpu": None, "host_waits": None, "top_kernels": [], "top_runtime": [], "top_host_ops": [],
+        }  # fmt: skip
     start = min(float(e["ts"]) for e in spans)
     end = max(float(e["ts"]) + float(e["dur"]) for e in spans)
     gpu = [e for e in spans if e.get("cat") in GPU_CATEGORIES]
@@ -53,6 +57,7 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "gpu": _gpu_time(gpu) if gpu else None,
         "host_waits": _host_waits(runtime) if runtime else None,
         "top_kernels": _top(e for e in spans if e.get("cat") == "kernel"),
+        "top_runtime": _top(runtime),
         "top_host_ops": _top(host_ops),
     }
 
@@ -95,13 +100,19 @@ def _host_waits(runtime: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _top(events: Any) -> list[dict[str, Any]]:
+    """The TOP names by total time: each one's count, total and longest (ms)."""
     total: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
+    longest: dict[str, float] = defaultdict(float)
     for e in events:
         total[e["name"]] += float(e["dur"])
         count[e["name"]] += 1
+        longest[e["name"]] = max(longest[e["name"]], float(e["dur"]))
     ranked = sorted(total, key=total.__getitem__, reverse=True)[:TOP]
-    return [{"name": n[:100], "count": count[n], "total_ms": _ms(total[n])} for n in ranked]
+    return [
+        {"name": n[:100], "count": count[n], "total_ms": _ms(total[n]), "longest_ms": _ms(longest[n])}
+        for n in ranked
+    ]
 
 
 def _ms(us: float) -> float:
@@ -117,9 +128,13 @@ def line(s: dict[str, Any]) -> str:
     if s["host_waits"]:
         w = s["host_waits"]
         parts.append(f"host waits {w['total_ms']:,.1f} ms ({w['count']}, longest {w['longest_ms']:,.1f})")
-    top = s["top_kernels"] or s["top_host_ops"]
-    if top:
-        parts.append(f"top {top[0]['name'][:48]} {top[0]['total_ms']:,.1f} ms x{top[0]['count']}")
+    for label, top in (
+        ("kernel", s["top_kernels"]),
+        ("runtime", s["top_runtime"]),
+        ("host op", s["top_host_ops"]),
+    ):
+        if top:
+            parts.append(f"top {label} {top[0]['name'][:48]} {top[0]['total_ms']:,.1f} ms x{top[0]['count']}")
     return ", ".join(parts)
 
 

@@ -39,13 +39,19 @@ def test_busy_is_the_union_of_the_gpu_intervals_and_idle_the_gaps_between_them()
     assert w["total_ms"] == pytest.approx(0.4) and w["count"] == 2 and w["longest_ms"] == 0.3
     assert set(w["by_call"]) == {"cudaStreamSynchronize", "cudaMemcpy"}  # a launch is no wait
     assert [k["name"] for k in s["top_kernels"]] == ["gemm", "attn"]
-    assert s["top_kernels"][0] == {"name": "gemm", "count": 2, "total_ms": 0.3}
-    assert s["top_host_ops"] == [{"name": "aten::mm", "count": 1, "total_ms": 0.05}]
+    assert s["top_kernels"][0] == {"name": "gemm", "count": 2, "total_ms": 0.3, "longest_ms": 0.2}
+    assert s["top_host_ops"] == [{"name": "aten::mm", "count": 1, "total_ms": 0.05, "longest_ms": 0.05}]
+    # every runtime call ranked, the launch too (a launch into a full queue blocks)
+    assert [r["name"] for r in s["top_runtime"]] == [
+        "cudaStreamSynchronize",
+        "cudaMemcpy",
+        "cudaLaunchKernel",
+    ]
 
 
 def test_a_cpu_only_trace_has_no_gpu_and_no_waits_and_an_empty_one_nothing() -> None:
     s = summarize([_x("cpu_op", "aten::add", 10, 5), _x("cpu_op", "aten::add", 30, 5)])
-    assert s["gpu"] is None and s["host_waits"] is None and s["top_kernels"] == []
+    assert s["gpu"] is None and s["host_waits"] is None and s["top_kernels"] == s["top_runtime"] == []
     assert s["span_ms"] == 0.025 and s["top_host_ops"][0]["count"] == 2
     assert summarize([])["span_ms"] == 0.0
 
@@ -61,6 +67,9 @@ def test_files_gzipped_or_not_and_the_command_line(
     assert main([str(gz), str(plain), "--json", str(tmp_path / "s.json")]) == 0
     out = capsys.readouterr().out
     assert "plain-c256-TP-0.trace.json.gz: span 1.1 ms, GPU busy 0.4 / idle 0.6 ms, host waits 0.4 ms" in out
+    assert (
+        "top kernel gemm 0.3 ms x2, top runtime cudaStreamSynchronize 0.3 ms x1, top host op aten::mm" in out
+    )
     assert len(json.loads((tmp_path / "s.json").read_text())) == 2
     (tmp_path / "bad.json").write_text("{")
     assert main([str(tmp_path / "bad.json")]) == 2
