@@ -204,13 +204,23 @@ def _run_specflip(
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {v: {c: [] for c in levels} for v in variants}
 
     def hold(variant: str) -> None:
+        """The variant's mode and OFF upkeep (ON: the config's, whichever OFF variant ran before it)."""
         engine.set_speculation(variant == "on")
-        if variant != "on":
+        if variant == "on":
+            strategy = Strategy(s.strategy).value
+        else:
             strategy = "warm_kv" if variant == "off_draft_prefill" else variant.removeprefix("off_")
-            engine.set_strategy(Strategy(strategy))
-            engine.set_off_prefill(
-                OffPrefill.DRAFT_FORWARD if variant == "off_draft_prefill" else OffPrefill.KV_WRITE
-            )
+        engine.set_strategy(Strategy(strategy))
+        engine.set_off_prefill(
+            OffPrefill.DRAFT_FORWARD if variant == "off_draft_prefill" else OffPrefill.KV_WRITE
+        )
+        # an engine applies a flip at its next decode step: short requests until it has, so the run
+        # that follows counts none of it (its first prefills would otherwise run in the old mode)
+        for _ in range(20):
+            if engine.get_speculation_state().enabled is (variant == "on"):
+                return
+            closed_loop(engine, [([11, 12, 13], 2)], 1)
+        raise RuntimeError(f"the engine did not turn {variant}")
 
     try:
         for k, variant in ((k, v) for k in range(repeat) for v in variants):
