@@ -65,10 +65,15 @@ def log(msg: str) -> None:
     print(f"[engine-arrivals {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def _warm_up(engine: Any, requests: list[tuple[list[int], int]], users: int) -> None:
+    """A level's warm-up at its batch: one short request per user."""
+    closed_loop(engine, [(ids, WARMUP_TOKENS) for ids, _ in requests[:users]], users)
+
+
 def _level(engine: Any, requests: list[tuple[list[int], int]], users: int, settle_s: float) -> dict[str, Any]:
     """One level: tok/s over the whole run, and over the steady window (tokens that arrived from
     `settle_s` after the start until the last request was sent, while all `users` were in flight)."""
-    closed_loop(engine, [(ids, WARMUP_TOKENS) for ids, _ in requests[:users]], users)  # warm-up at this batch
+    _warm_up(engine, requests, users)
     run = streamed(engine, requests, users)
     seconds = run.ended - run.started
     tokens = sum(len(o) for o in run.outputs)
@@ -103,7 +108,7 @@ def _profiled(
     steps (started before its first request); the trace's summary, None if no trace came."""
     import torch
 
-    closed_loop(engine, [(ids, WARMUP_TOKENS) for ids, _ in requests[:users]], users)  # as a measured run
+    _warm_up(engine, requests, users)  # as before a measured run
     activities = ["CPU", "GPU"] if torch.cuda.is_available() else ["CPU"]
     engine.start_profile(
         output_dir=folder, num_steps=steps, activities=activities, with_stack=False, record_shapes=False,
@@ -131,8 +136,8 @@ def _profiled(
 def _repeated(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One level's record over its repeats: the median run by steady tok/s (by whole-run tok/s where a
     run has no steady window), every run's throughput and TTFT under `repeats`, and every run's outputs."""
-    key = [r["steady_tok_s"] if r["steady_tok_s"] is not None else r["tok_s"] for r in runs]
-    median = dict(runs[sorted(range(len(runs)), key=key.__getitem__)[(len(runs) - 1) // 2]])
+    ranked = sorted(runs, key=lambda r: r["steady_tok_s"] if r["steady_tok_s"] is not None else r["tok_s"])
+    median = dict(ranked[(len(runs) - 1) // 2])
     median["repeats"] = [{k: r[k] for k in REPEAT_KEYS} for r in runs]
     median["outputs"] = [r["outputs"] for r in runs]
     return median

@@ -87,14 +87,15 @@ def _gpu_time(gpu: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def _host_waits(runtime: list[dict[str, Any]]) -> dict[str, Any]:
-    waits = [e for e in runtime if e.get("name") in HOST_WAITS]
     by_name: dict[str, list[float]] = defaultdict(list)
-    for e in waits:
-        by_name[e["name"]].append(float(e["dur"]))
+    for e in runtime:
+        if e.get("name") in HOST_WAITS:
+            by_name[e["name"]].append(float(e["dur"]))
+    durations = [d for ds in by_name.values() for d in ds]
     return {
-        "total_ms": _ms(sum(float(e["dur"]) for e in waits)),
-        "count": len(waits),
-        "longest_ms": _ms(max((float(e["dur"]) for e in waits), default=0.0)),
+        "total_ms": _ms(sum(durations)),
+        "count": len(durations),
+        "longest_ms": _ms(max(durations, default=0.0)),
         "by_call": {k: {"count": len(v), "total_ms": _ms(sum(v))} for k, v in sorted(by_name.items())},
     }
 
