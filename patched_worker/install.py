@@ -129,10 +129,6 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
         barrier(group=self.tp_group.cpu_group)
         return RpcReqOutput(success="error" not in body, message=json.dumps(body))
 
-    from patched_worker import profile_off
-    from patched_worker.switch import SpecSwitch
-
-    profile_off.maybe_wrap(SpecSwitch)  # diagnostics only, when SPECFLIP_PROFILE_OFF is set
     from patched_worker.seeding import install_seeding
 
     seeding_targets = install_seeding()
