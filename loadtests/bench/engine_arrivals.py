@@ -1,6 +1,6 @@
-"""The engine alone under serving-like arrivals: SGLang's plain engine vs specflip held OFF
-(warm_kv, cold, and warm_kv with upstream's draft prefill) and ON, one engine at a time, the same
-requests for each.
+"""The engine alone under serving-like arrivals: SGLang's plain engine and its own EAGLE-3 engine
+(`eagle`, unpatched) vs specflip held OFF (warm_kv, cold, and warm_kv with upstream's draft prefill)
+and ON, one engine at a time, the same requests for each.
 
     python -m loadtests.bench.engine_arrivals --config deployments/examples/h200-dummy8b-serving.yaml \\
         --concurrency 64,128,256 --out out/arrivals
@@ -17,13 +17,14 @@ request was sent (every user in flight, the batch held); the run's tok/s is ever
 level's wall time, ramp-up and tail included (the first H200 run of this bench reported only that:
 its batch averaged 164 at c=256, so it said little about a held batch). Each engine gets the config's engine arguments (`deployments.replica.engine.engine_kwargs`,
 `replicas.env` set first); plain drops every `speculative_*` argument, as `loadtests.rawvsapp.raw_sglang`
-does. Greedy outputs are compared with the plain engine's: token-identical in fp32 on CPU; in bf16
-a near-tie can differ (counted, not failed). TTFT comes with its parts, from SGLang's own request
+does; eagle keeps them and runs SGLang's engine as released, in a process specflip never patched
+(ON against it: what the patched worker costs with no HTTP in between). Greedy outputs are compared
+with the plain engine's: token-identical in fp32 on CPU; in bf16 a near-tie can differ (counted, not failed). TTFT comes with its parts, from SGLang's own request
 timestamps (every engine runs with `enable_metrics`, each in its own process): to the forward batch,
 SGLang's `prefill_forward` stage (until the scheduler processed the prefill's result) and the way out;
 at one user they say whether a first token waits in the scheduler or on its way. `--repeat N` runs
 every level N times per engine (the specflip engine cycles its variants once per repeat; the plain
-engine runs before it): each level's record is its median run by steady tok/s, with every run's
+and eagle engines run before it): each level's record is its median run by steady tok/s, with every run's
 numbers under `repeats`. `--profile-steps N` adds one unmeasured run per level and engine (variant)
 with SGLang's own profiler (`Engine.start_profile`, torch's, CPU and GPU activity) over its first N
 forward steps: the first wave's prefill chunks and the decode steps after them; each trace lands in
@@ -53,7 +54,9 @@ __all__ = ["REPEAT_KEYS", "TTFT_PARTS", "VARIANTS", "WARMUP_TOKENS", "main"]
 
 # specflip variants share one engine; off_draft_prefill = warm_kv with upstream's draft forward at every
 # prefill (OffPrefill.DRAFT_FORWARD: how OFF prefilled before the OFF prefill wrote the draft K/V itself)
-VARIANTS = ("plain", "on", "off_warm_kv", "off_draft_prefill", "off_cold")
+# eagle = SGLang's own EAGLE-3 engine, unpatched (the config's speculative arguments): ON's reference
+VARIANTS = ("plain", "eagle", "on", "off_warm_kv", "off_draft_prefill", "off_cold")
+SGLANG_ENGINES = ("plain", "eagle")  # each in its own process, without specflip's patches
 WARMUP_TOKENS = 16  # per request of a level's warm-up (one request per user, before the level)
 # TTFT's parts (inprocess.Stream.ttft_parts_s), from SGLang's request timestamps (engines run with
 # enable_metrics, the same for every variant): to the forward batch, SGLang's prefill_forward stage, out
@@ -159,11 +162,12 @@ def _engine_levels(kind: str, config_path: str, *args: Any) -> Any:
 
     config = load_config(config_path)
     prepare_process(config)
-    return _run_plain(config, *args) if kind == "plain" else _run_specflip(config, *args)
+    return _run_specflip(config, *args) if kind == "specflip" else _run_sglang(config, kind, *args)
 
 
-def _run_plain(
+def _run_sglang(
     config: Any,
+    kind: str,
     levels: dict[int, list[tuple[list[int], int]]],
     settle_s: float,
     repeat: int,
@@ -171,7 +175,7 @@ def _run_plain(
 ) -> dict[int, dict[str, Any]]:
     import sglang
 
-    engine = sglang.Engine(**in_process_kwargs(config, speculative=False), enable_metrics=True)
+    engine = sglang.Engine(**in_process_kwargs(config, speculative=kind == "eagle"), enable_metrics=True)
     try:
         runs: dict[int, list[dict[str, Any]]] = {c: [] for c in levels}
         for k in range(repeat):
@@ -179,14 +183,14 @@ def _run_plain(
                 r = _level(engine, requests, c, settle_s)
                 runs[c].append(r)
                 log(
-                    f"plain c={c}{_nth(k, repeat)}: {_steady(r)} tok/s steady, "
+                    f"{kind} c={c}{_nth(k, repeat)}: {_steady(r)} tok/s steady, "
                     f"{r['tok_s']:,.0f} over the run "
                     f"({r['tokens']} tokens, {r['seconds']} s)"
                 )
         out = {c: _repeated(rs) for c, rs in runs.items()}
         steps, folder = profile
         for c, requests in levels.items() if steps else ():
-            out[c]["profile"] = _profiled(engine, requests, c, steps, folder, f"plain-c{c}")
+            out[c]["profile"] = _profiled(engine, requests, c, steps, folder, f"{kind}-c{c}")
         return out
     finally:
         engine.shutdown()
@@ -284,7 +288,7 @@ def _report(results: dict[str, Any]) -> str:
     variants = [v for v in VARIANTS if v in results["runs"]]
     header = "| c | " + " | ".join(variants) + " |"
     lines = [
-        "# The engine alone under arrivals: plain vs specflip OFF and ON",
+        "# The engine alone under arrivals: SGLang's plain and EAGLE-3 engines vs specflip OFF and ON",
         "",
         f"{results['started']}. Config `{results['config']}`; {results['requests_per_user']} requests per "
         f"user, prompts of {results['input_len']} token ids, output lengths {results['output_len']} x "
@@ -292,7 +296,8 @@ def _report(results: dict[str, Any]) -> str:
         f"in the steady window (tokens that arrived from {results.get('settle', 0):g} s after a level's start "
         "until its last request was sent, every user in flight), and over the level's whole run (ramp-up "
         f"and tail included); {results.get('repeat', 1)} run(s) per level and engine, the median run by "
-        "steady tok/s, [min-max] over the runs; x = the medians over the plain engine's at the same level; "
+        "steady tok/s, [min-max] over the runs; x = the medians over the plain engine's at the same level "
+        "(ON's also over SGLang's EAGLE-3 engine's, `eagle`); "
         "identical = requests whose "
         "output equals the plain engine's, token for token; step = the engine's mean steady decode step "
         "(steps right after a prefill left out) and its mean batch; TTFT p50 of the requests sent in the "
@@ -316,6 +321,9 @@ def _report(results: dict[str, Any]) -> str:
                     cell += f", {r['steady_tok_s'] / base['steady_tok_s']:.3f}x steady"
                 compared = r.get("compared", r["requests"])  # every run's requests (older results: one run's)
                 cell += f", {r['tok_s'] / base['tok_s']:.3f}x run, identical {r['identical']}/{compared}"
+            ref = results["runs"].get("eagle", {}).get(str(c))
+            if v == "on" and ref and r.get("steady_tok_s") and ref.get("steady_tok_s"):
+                cell += f", {r['steady_tok_s'] / ref['steady_tok_s']:.3f}x eagle steady"
             if r.get("decode_step_ms") is not None:
                 cell += f"; step {r['decode_step_ms']:.2f} ms at batch {r['decode_batch']:.0f}"
             if r.get("ttft_p50_ms") is not None:
@@ -377,10 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     profile = (a.profile_steps, str((Path(a.out) / "profiles").resolve()))
-    if "plain" in variants:
-        log("plain engine: starting")
-        runs["plain"] = _in_own_process("plain", str(a.config), levels, a.settle, a.repeat, profile)
-    spec = [v for v in VARIANTS if v in variants and v != "plain"]
+    for kind in (k for k in SGLANG_ENGINES if k in variants):
+        log(f"{kind} engine: starting")
+        runs[kind] = _in_own_process(kind, str(a.config), levels, a.settle, a.repeat, profile)
+    spec = [v for v in VARIANTS if v in variants and v not in SGLANG_ENGINES]
     if spec:
         log(f"specflip engine: starting ({', '.join(spec)})")
         runs.update(_in_own_process("specflip", str(a.config), levels, spec, a.settle, a.repeat, profile))

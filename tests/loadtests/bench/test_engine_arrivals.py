@@ -1,5 +1,5 @@
-"""loadtests.bench.engine_arrivals end to end on CPU, as it runs on the GPU host: SGLang's plain engine
-and the specflip engine (ON, OFF warm_kv, OFF warm_kv with upstream's draft prefill, OFF cold) built from a specflip config, closed-loop users
+"""loadtests.bench.engine_arrivals end to end on CPU, as it runs on the GPU host: SGLang's plain engine,
+its own EAGLE-3 engine (unpatched) and the specflip engine (ON, OFF warm_kv, OFF warm_kv with upstream's draft prefill, OFF cold) built from a specflip config, closed-loop users
 sending the same requests to each. Asserts the accounting and the correctness contract (every
 output token-identical to the plain engine's in fp32), not speed."""
 
@@ -67,7 +67,7 @@ def test_engine_arrivals_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path, mo
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads((out / "results.json").read_text())
-    assert set(data["runs"]) == {"plain", "on", "off_warm_kv", "off_draft_prefill", "off_cold"}
+    assert set(data["runs"]) == {"plain", "eagle", "on", "off_warm_kv", "off_draft_prefill", "off_cold"}
     assert data["repeat"] == 2
     for c in (3,):
         asked = sum(n for _, n in make_requests(c, 2, 12, 10, 0.5, _vocab(model_pair.target)))
@@ -91,7 +91,7 @@ def test_engine_arrivals_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path, mo
             parts = r["ttft_parts_p50_ms"]
             assert list(parts) == list(TTFT_PARTS) and parts["prefill_forward"] > 0, (variant, c, r)
             assert min(parts.values()) > -1 and sum(parts.values()) <= 3 * r["ttft_p99_ms"], (variant, c, r)
-            if variant != "plain":
+            if variant not in ("plain", "eagle"):  # SGLang's engines: no specflip state to read
                 assert r["enabled"] is (variant == "on"), (variant, r)
                 # the engine's own count: every returned token but the first of each request (prefill
                 # makes it), plus the warm-up's (c requests of WARMUP_TOKENS, all but the first by decode steps)
@@ -118,7 +118,10 @@ def test_engine_arrivals_end_to_end_on_cpu(tmp_path: Path, tiny_config: Path, mo
                 prof,
             )
     report = (out / "report.md").read_text()
-    assert "| c | plain | on | off_warm_kv | off_draft_prefill | off_cold |" in report
+    assert "| c | plain | eagle | on | off_warm_kv | off_draft_prefill | off_cold |" in report
+    # ON over SGLang's own EAGLE-3 engine at the same level, from the two medians in results.json
+    on, eagle = data["runs"]["on"]["3"], data["runs"]["eagle"]["3"]
+    assert f", {on['steady_tok_s'] / eagle['steady_tok_s']:.3f}x eagle steady" in report
     assert "; step " in report and " ms at batch " in report
     assert "(to_forward " in report and " + prefill_forward " in report
     assert "identical 12/12" in report and "| 3 |" in report and "x steady" in report
