@@ -39,16 +39,26 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from statistics import median
 
 import httpx
 
 from loadtests.locust.hosts import HostBoundUrls
 
-__all__ = ["LogReferee", "StatusReferee", "decode_lines", "prefill_lines", "queue_lines", "replica_log_paths"]
+__all__ = [
+    "LogReferee",
+    "StatusReferee",
+    "decode_at",
+    "decode_lines",
+    "prefill_lines",
+    "queue_lines",
+    "replica_log_paths",
+]
 
 _DECODE = re.compile(
     r"\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})[^\]]*\]\s+Decode batch[^,]*, "
-    r"#running-req:\s*(?P<running>\d+).*?gen throughput \(token/s\):\s*(?P<rate>[0-9.]+)"
+    r"#running-req:\s*(?P<running>\d+)(?:.*?accept len:\s*(?P<accept>[0-9.]+))?"
+    r".*?gen throughput \(token/s\):\s*(?P<rate>[0-9.]+)"
 )
 
 _PREFILL = re.compile(
@@ -93,6 +103,16 @@ def decode_lines(text: str) -> list[tuple[float, int, float]]:
     for m in _DECODE.finditer(text):
         out.append((_stamp(m["time"]), int(m["running"]), float(m["rate"])))
     return out
+
+
+def decode_at(text: str, running: int) -> tuple[int, float | None, float | None]:
+    """The decode-batch lines of a log at exactly `running` requests: how many, their mean accept
+    length (None without speculation) and their median gen throughput (None without lines). Two
+    engines compared at the same batch and acceptance: a lower rate is a slower step."""
+    found = [m for m in _DECODE.finditer(text) if int(m["running"]) == running]
+    accepts = [float(m["accept"]) for m in found if m["accept"] is not None]
+    rates = [float(m["rate"]) for m in found]
+    return len(rates), (sum(accepts) / len(accepts) if accepts else None), median(rates) if rates else None
 
 
 def _tokens_over_time(lines: list[tuple[int, float]]) -> float | None:
@@ -272,3 +292,24 @@ def _at(series: list[tuple[float, int]], t: float) -> float | None:
         if t0 <= t <= t1:
             return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else float(c1)
     return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m loadtests.rawvsapp.referee --running N LOG...`: `decode_at` for each log."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--running", type=int, required=True, help="the batch to compare at (#running-req)")
+    p.add_argument("logs", nargs="+", type=Path)
+    args = p.parse_args(argv)
+    print("log | lines | accept length | gen throughput median (tok/s)")
+    for log in args.logs:
+        k, accept, rate = decode_at(log.read_text(errors="replace"), args.running)
+        accept_text = "-" if accept is None else f"{accept:.3f}"
+        rate_text = "-" if rate is None else f"{rate:,.0f}"
+        print(f"{log} | {k} | {accept_text} | {rate_text}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

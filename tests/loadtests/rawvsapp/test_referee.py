@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.rawvsapp.referee import LogReferee, decode_lines, prefill_lines, queue_lines, replica_log_paths
+from loadtests.rawvsapp.referee import (
+    LogReferee,
+    decode_at,
+    decode_lines,
+    main,
+    prefill_lines,
+    queue_lines,
+    replica_log_paths,
+)
 
 LINES = """\
 [2026-12-01 10:00:01 TP0] Prefill batch, #new-seq: 4, #new-token: 512, #cached-token: 0
@@ -27,6 +35,25 @@ def test_decode_lines_are_read_with_their_local_time_stamps() -> None:
         (_t("10:00:03"), 128, 12000.5),
         (_t("10:00:09"), 128, 400.0),
     ]
+
+
+def test_decode_at_reads_a_batch_size_s_lines_with_their_accept_length(tmp_path: Path, capsys) -> None:
+    """Two engines compared at one batch: the lines at exactly that many running requests, the mean
+    accept length of those that log one (a plain engine's lines have none) and the median rate."""
+    extra = (
+        "[2026-12-01 10:00:05] Decode batch, #running-req: 128, #token: 1, accept len: 2.10, "
+        "gen throughput (token/s): 9000.00, #queue-req: 0\n"
+        "[2026-12-01 10:00:06] Decode batch, #running-req: 16, #token: 1, accept len: 3.00, "
+        "gen throughput (token/s): 500.00, #queue-req: 0\n"
+    )
+    assert decode_at(LINES + extra, 128) == (4, pytest.approx(2.5), 10000.0)
+    assert decode_at(LINES + extra, 16) == (1, 3.0, 500.0)
+    assert decode_at(LINES, 64) == (0, None, None)
+    assert decode_at(LINES.replace("accept len: 2.90, ", ""), 128) == (3, None, 11000.0)
+    log = tmp_path / "engine.log"
+    log.write_text(LINES + extra)
+    assert main(["--running", "128", str(log)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"{log} | 4 | 2.500 | 10,000"
 
 
 def test_a_slow_line_weighs_by_the_time_it_took() -> None:
