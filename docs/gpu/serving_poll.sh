@@ -34,4 +34,7 @@ for f in "$R"/*.log; do
 done
 pack
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
+# every process holding a CUDA context on the GPU: an engine's scheduler should be alone there
+command -v nvidia-smi > /dev/null && nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader |
+  while IFS=, read -r pid mem; do echo "[gpu-process] $pid,$mem $(ps -o args= -p "$pid" | cut -c1-100)"; done
 true
