@@ -50,6 +50,7 @@ __all__ = [
     "StatusReferee",
     "decode_at",
     "decode_lines",
+    "prefill_batches",
     "prefill_lines",
     "queue_lines",
     "replica_log_paths",
@@ -105,14 +106,33 @@ def decode_lines(text: str) -> list[tuple[float, int, float]]:
     return out
 
 
-def decode_at(text: str, running: int) -> tuple[int, float | None, float | None]:
-    """The decode-batch lines of a log at exactly `running` requests: how many, their mean accept
-    length (None without speculation) and their median gen throughput (None without lines). Two
-    engines compared at the same batch and acceptance: a lower rate is a slower step."""
-    found = [m for m in _DECODE.finditer(text) if int(m["running"]) == running]
+def _inside(t: float, window: tuple[float, float] | None) -> bool:
+    return window is None or int(window[0]) <= t <= window[1]  # stamps have 1-s resolution
+
+
+def decode_at(
+    text: str, running: int, window: tuple[float, float] | None = None
+) -> tuple[int, float | None, float | None]:
+    """The decode-batch lines of a log at exactly `running` requests (stamped inside `window`, epoch
+    seconds, if given): how many, their mean accept length (None without speculation) and their
+    median gen throughput (None without lines). Two engines compared at the same batch and
+    acceptance: a lower rate is a slower step, or more time between steps (a line's rate counts the
+    prefills and idle time among its 40 steps)."""
+    found = [
+        m
+        for m in _DECODE.finditer(text)
+        if int(m["running"]) == running and _inside(_stamp(m["time"]), window)
+    ]
     accepts = [float(m["accept"]) for m in found if m["accept"] is not None]
     rates = [float(m["rate"]) for m in found]
     return len(rates), (sum(accepts) / len(accepts) if accepts else None), median(rates) if rates else None
+
+
+def prefill_batches(text: str, window: tuple[float, float] | None = None) -> tuple[int, int]:
+    """(prefill batches, new requests in them) of a log's prefill lines inside `window`: a closed-loop
+    wave whose requests reach the scheduler together is one batch, one that trickles in is several."""
+    found = [(n, tokens) for t, n, tokens in prefill_lines(text) if _inside(t, window)]
+    return len(found), sum(n for n, _ in found)
 
 
 def _tokens_over_time(lines: list[tuple[int, float]]) -> float | None:
@@ -295,19 +315,35 @@ def _at(series: list[tuple[float, int]], t: float) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m loadtests.rawvsapp.referee --running N LOG...`: `decode_at` for each log."""
+    """`python -m loadtests.rawvsapp.referee --running N [--window START,END] LOG...`: for each engine
+    log, its decode lines at N running requests (`decode_at`) and its prefill batches (`prefill_batches`)."""
     import argparse
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--running", type=int, required=True, help="the batch to compare at (#running-req)")
+    p.add_argument(
+        "--window", default="", metavar="START,END", help="epoch seconds: only lines stamped inside"
+    )
     p.add_argument("logs", nargs="+", type=Path)
     args = p.parse_args(argv)
-    print("log | lines | accept length | gen throughput median (tok/s)")
+    window: tuple[float, float] | None = None
+    if args.window:
+        start, _, end = args.window.partition(",")
+        try:
+            window = (float(start), float(end))
+        except ValueError:
+            p.error("--window: expected START,END in epoch seconds")
+    print(
+        "log | decode lines | accept length | gen throughput median (tok/s) | prefill batches | requests per batch"
+    )
     for log in args.logs:
-        k, accept, rate = decode_at(log.read_text(errors="replace"), args.running)
+        text = log.read_text(errors="replace")
+        k, accept, rate = decode_at(text, args.running, window)
+        batches, requests = prefill_batches(text, window)
         accept_text = "-" if accept is None else f"{accept:.3f}"
         rate_text = "-" if rate is None else f"{rate:,.0f}"
-        print(f"{log} | {k} | {accept_text} | {rate_text}")
+        per_batch = "-" if not batches else f"{requests / batches:.2f}"
+        print(f"{log} | {k} | {accept_text} | {rate_text} | {batches} | {per_batch}")
     return 0
 
 

@@ -12,6 +12,7 @@ from loadtests.rawvsapp.referee import (
     decode_at,
     decode_lines,
     main,
+    prefill_batches,
     prefill_lines,
     queue_lines,
     replica_log_paths,
@@ -50,10 +51,30 @@ def test_decode_at_reads_a_batch_size_s_lines_with_their_accept_length(tmp_path:
     assert decode_at(LINES + extra, 16) == (1, 3.0, 500.0)
     assert decode_at(LINES, 64) == (0, None, None)
     assert decode_at(LINES.replace("accept len: 2.90, ", ""), 128) == (3, None, 11000.0)
+    # a window (epoch seconds, stamps of 1-s resolution) keeps the lines stamped inside it
+    assert decode_at(LINES + extra, 128, (_t("10:00:02") + 0.5, _t("10:00:03"))) == (2, 2.9, 11500.25)
     log = tmp_path / "engine.log"
     log.write_text(LINES + extra)
     assert main(["--running", "128", str(log)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"{log} | 4 | 2.500 | 10,000"
+    assert capsys.readouterr().out.splitlines()[-1] == f"{log} | 4 | 2.500 | 10,000 | 1 | 4.00"
+
+
+def test_prefill_batches_say_whether_a_wave_arrived_together(tmp_path: Path, capsys) -> None:
+    """The same 8 requests as one prefill batch (arrived together) or as three (trickled in)."""
+    together = "[2026-12-01 10:00:01] Prefill batch, #new-seq: 8, #new-token: 512, #cached-token: 0\n"
+    trickled = "".join(
+        f"[2026-12-01 10:00:0{s}] Prefill batch, #new-seq: {n}, #new-token: {64 * n}, #cached-token: 0\n"
+        for s, n in ((1, 1), (1, 5), (2, 2))
+    )
+    assert prefill_batches(together) == (1, 8)
+    assert prefill_batches(trickled) == (3, 8)
+    assert prefill_batches(trickled, (_t("10:00:02"), _t("10:00:05"))) == (1, 2)
+    log = tmp_path / "trickled.log"
+    log.write_text(trickled)
+    assert main(["--running", "16", "--window", f"{_t('10:00:00')},{_t('10:00:09')}", str(log)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"{log} | 0 | - | - | 3 | 2.67"
+    with pytest.raises(SystemExit):
+        main(["--running", "16", "--window", "soon", str(log)])
 
 
 def test_a_slow_line_weighs_by_the_time_it_took() -> None:
