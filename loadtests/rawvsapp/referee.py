@@ -131,8 +131,8 @@ def decode_at(
 def prefill_batches(text: str, window: tuple[float, float] | None = None) -> tuple[int, int]:
     """(prefill batches, new requests in them) of a log's prefill lines inside `window`: a closed-loop
     wave whose requests reach the scheduler together is one batch, one that trickles in is several."""
-    found = [(n, tokens) for t, n, tokens in prefill_lines(text) if _inside(t, window)]
-    return len(found), sum(n for n, _ in found)
+    found = [n for t, n, _ in prefill_lines(text) if _inside(t, window)]
+    return len(found), sum(found)
 
 
 def _tokens_over_time(lines: list[tuple[int, float]]) -> float | None:
