@@ -106,8 +106,25 @@ def decode_lines(text: str) -> list[tuple[float, int, float]]:
     return out
 
 
+def _stamped_in(t: float, start: float, end: float) -> bool:
+    """Whether a log stamp (1-s resolution) falls in [start, end] taken to whole seconds."""
+    return int(start) <= t <= int(end)
+
+
 def _inside(t: float, window: tuple[float, float] | None) -> bool:
-    return window is None or int(window[0]) <= t <= window[1]  # stamps have 1-s resolution
+    return window is None or _stamped_in(t, *window)
+
+
+def _prefills_in(text: str, window: tuple[float, float] | None) -> list[tuple[int, int]]:
+    """(new requests, new prompt tokens) of the prefill lines stamped inside `window`."""
+    return [(n, k) for t, n, k in prefill_lines(text) if _inside(t, window)]
+
+
+def _in_or_next(series: list[tuple[float, int]], start: float, end: float, wait_s: float) -> list[int]:
+    """The values stamped in [start, end]; a window too short for a line of its own gets the first
+    line within `wait_s` after it."""
+    inside = [v for t, v in series if _stamped_in(t, start, end)]
+    return inside or [v for t, v in series if int(end) < t < int(end) + wait_s][:1]
 
 
 def decode_at(
@@ -131,8 +148,8 @@ def decode_at(
 def prefill_batches(text: str, window: tuple[float, float] | None = None) -> tuple[int, int]:
     """(prefill batches, new requests in them) of a log's prefill lines inside `window`: a closed-loop
     wave whose requests reach the scheduler together is one batch, one that trickles in is several."""
-    found = [n for t, n, _ in prefill_lines(text) if _inside(t, window)]
-    return len(found), sum(found)
+    found = _prefills_in(text, window)
+    return len(found), sum(n for n, _ in found)
 
 
 def _tokens_over_time(lines: list[tuple[int, float]]) -> float | None:
@@ -172,7 +189,7 @@ class LogReferee:
         text = self._text()
         if text is None:
             return None
-        inside = [n for t, n, _ in decode_lines(text) if int(start) <= t <= int(end)]
+        inside = [n for t, n, _ in decode_lines(text) if _stamped_in(t, start, end)]
         return self.log_interval * sum(inside) if inside else None
 
     def prompt_tokens(self, start: float, end: float) -> float | None:
@@ -180,7 +197,7 @@ class LogReferee:
         text = self._text()
         if text is None:
             return None
-        inside = [(n, k) for t, n, k in prefill_lines(text) if int(start) <= t <= int(end)]
+        inside = _prefills_in(text, (start, end))
         seqs = sum(n for n, _ in inside)
         return sum(k for _, k in inside) / seqs if seqs else None
 
@@ -190,10 +207,7 @@ class LogReferee:
         text = self._text()
         if text is None:
             return None
-        lines = decode_lines(text)
-        inside = [n for t, n, _ in lines if int(start) <= t <= int(end)]
-        if not inside:
-            inside = [n for t, n, _ in lines if int(end) < t < int(end) + wait_s][:1]
+        inside = _in_or_next([(t, n) for t, n, _ in decode_lines(text)], start, end, wait_s)
         return sum(inside) / len(inside) if inside else None
 
     def queued(self, start: float, end: float, wait_s: float = 10.0) -> float | None:
@@ -202,10 +216,7 @@ class LogReferee:
         text = self._text()
         if text is None:
             return None
-        lines = queue_lines(text)
-        inside = [q for t, q in lines if int(start) <= t <= int(end)]
-        if not inside:
-            inside = [q for t, q in lines if int(end) < t < int(end) + wait_s][:1]
+        inside = _in_or_next(queue_lines(text), start, end, wait_s)
         return sum(inside) / len(inside) if inside else None
 
     def rate(self, start: float, end: float, wait_s: float = 10.0) -> float | None:
