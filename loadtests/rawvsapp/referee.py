@@ -180,7 +180,9 @@ class LogReferee:
 
     def tokens(self, start: float, end: float) -> int | None:
         """Decode tokens the lines stamped in [start, end] count (`log_interval` steps of n requests
-        each); the steps after the last line are not logged. None if no line is stamped there.
+        each, times the line's `accept len` under speculation: SGLang's tokens per request per verify
+        step, bonus token included); the steps after the last line are not logged. None if no line
+        is stamped there.
 
         n is the batch at the line's last step: the count is right while the batch holds steady over
         a line's steps (on the H200, 128-256 requests of 64-192 tokens: within 4% of SGLang's client's
@@ -189,8 +191,12 @@ class LogReferee:
         text = self._text()
         if text is None:
             return None
-        inside = [n for t, n, _ in decode_lines(text) if _stamped_in(t, start, end)]
-        return self.log_interval * sum(inside) if inside else None
+        inside = [
+            int(m["running"]) * float(m["accept"] or 1)
+            for m in _DECODE.finditer(text)
+            if _stamped_in(_stamp(m["time"]), start, end)
+        ]
+        return round(self.log_interval * sum(inside)) if inside else None
 
     def prompt_tokens(self, start: float, end: float) -> float | None:
         """Mean prompt tokens per new request over the prefill lines stamped in [start, end]."""

@@ -135,6 +135,17 @@ def test_a_run_after_idle_is_refereed_by_its_tokens_over_the_clients_duration(tm
     assert referee.rate(start, end) < 0.5 * tokens / duration
 
 
+def test_a_speculative_engine_s_tokens_count_its_accept_length(tmp_path: Path) -> None:
+    """An EAGLE-3 line's 40 steps are verify steps that each give `accept len` tokens per request
+    (bonus included): the count is 40 x n x accept, not 40 x n (which read 908 tok/s for a server
+    whose client counted 2,200)."""
+    log = tmp_path / "eagle.log"
+    log.write_text(LINES)
+    referee = LogReferee(log)
+    assert referee.tokens(_t("10:00:03"), _t("10:00:03")) == round(40 * 128 * 2.90)
+    assert referee.tokens(_t("10:00:02"), _t("10:00:03")) == 40 * 128 + round(40 * 128 * 2.90)
+
+
 def test_prompt_tokens_per_request_read_from_the_prefill_lines(tmp_path: Path) -> None:
     assert prefill_lines(AFTER_IDLE) == [(_t("10:00:05"), 64, 8192), (_t("10:00:05"), 64, 8192)]
     log = tmp_path / "raw.log"
