@@ -34,6 +34,7 @@ same c shows whether an engine made fewer tokens because it was slower or becaus
 
 from __future__ import annotations
 
+import csv
 import re
 import threading
 import time
@@ -331,9 +332,47 @@ def _at(series: list[tuple[float, int]], t: float) -> float | None:
     return None
 
 
+def _row(text: str, running: int, window: tuple[float, float] | None) -> str:
+    """decode lines | accept length | gen throughput median | prefill batches | requests per batch."""
+    k, accept, rate = decode_at(text, running, window)
+    batches, requests = prefill_batches(text, window)
+    accept_text = "-" if accept is None else f"{accept:.3f}"
+    rate_text = "-" if rate is None else f"{rate:,.0f}"
+    per_batch = "-" if not batches else f"{requests / batches:.2f}"
+    return f"{k} | {accept_text} | {rate_text} | {batches} | {per_batch}"
+
+
+_COLUMNS = (
+    "decode lines | accept length | gen throughput median (tok/s) | prefill batches | requests per batch"
+)
+
+
+def _sweep_rows(sweep: Path, logs: list[str], running: int) -> list[str]:
+    """One row per run of `sweep` (a client_sweep sweep.csv) at concurrency `running` whose variant
+    has a log (`VARIANT=LOG`), read in that run's window (`started` to `started + duration_s`)."""
+    by_variant: dict[str, str] = {}
+    for item in logs:
+        variant, eq, path = item.partition("=")
+        if not eq or not variant or not path:
+            raise ValueError(f"with --sweep each log is VARIANT=PATH, got {item!r}")
+        by_variant[variant] = Path(path).read_text(errors="replace")
+    with sweep.open(newline="") as fh:
+        runs = [
+            r for r in csv.DictReader(fh) if r["variant"] in by_variant and int(r["concurrency"]) == running
+        ]
+    out = []
+    for r in runs:
+        start = float(r["started"])
+        window = (start, start + float(r["duration_s"]))
+        out.append(f"{r['variant']} | {r['repeat']} | {_row(by_variant[r['variant']], running, window)}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m loadtests.rawvsapp.referee --running N [--window START,END] LOG...`: for each engine
-    log, its decode lines at N running requests (`decode_at`) and its prefill batches (`prefill_batches`)."""
+    log, its decode lines at N running requests (`decode_at`) and its prefill batches
+    (`prefill_batches`). With `--sweep sweep.csv VARIANT=LOG...`: one row per run of the sweep at
+    concurrency N, each read in its own window from its variant's log."""
     import argparse
 
     p = argparse.ArgumentParser(description=main.__doc__)
@@ -341,8 +380,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--window", default="", metavar="START,END", help="epoch seconds: only lines stamped inside"
     )
-    p.add_argument("logs", nargs="+", type=Path)
+    p.add_argument(
+        "--sweep", type=Path, help="a client_sweep sweep.csv: its runs' windows, logs as VARIANT=LOG"
+    )
+    p.add_argument("logs", nargs="+")
     args = p.parse_args(argv)
+    if args.sweep is not None:
+        if args.window:
+            p.error("--window and --sweep: the sweep's runs give the windows")
+        try:
+            rows = _sweep_rows(args.sweep, args.logs, args.running)
+        except (ValueError, KeyError, OSError) as e:
+            p.error(f"--sweep: {e}")
+        print(f"variant | repeat | {_COLUMNS}")
+        print("\n".join(rows) if rows else f"(no run of those variants at concurrency {args.running})")
+        return 0
     window: tuple[float, float] | None = None
     if args.window:
         start, _, end = args.window.partition(",")
@@ -350,17 +402,9 @@ def main(argv: list[str] | None = None) -> int:
             window = (float(start), float(end))
         except ValueError:
             p.error("--window: expected START,END in epoch seconds")
-    print(
-        "log | decode lines | accept length | gen throughput median (tok/s) | prefill batches | requests per batch"
-    )
+    print(f"log | {_COLUMNS}")
     for log in args.logs:
-        text = log.read_text(errors="replace")
-        k, accept, rate = decode_at(text, args.running, window)
-        batches, requests = prefill_batches(text, window)
-        accept_text = "-" if accept is None else f"{accept:.3f}"
-        rate_text = "-" if rate is None else f"{rate:,.0f}"
-        per_batch = "-" if not batches else f"{requests / batches:.2f}"
-        print(f"{log} | {k} | {accept_text} | {rate_text} | {batches} | {per_batch}")
+        print(f"{log} | {_row(Path(log).read_text(errors='replace'), args.running, window)}")
     return 0
 
 

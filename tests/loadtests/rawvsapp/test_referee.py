@@ -77,6 +77,42 @@ def test_prefill_batches_say_whether_a_wave_arrived_together(tmp_path: Path, cap
         main(["--running", "16", "--window", "soon", str(log)])
 
 
+def test_a_sweep_s_runs_are_each_read_in_their_own_window(tmp_path: Path, capsys) -> None:
+    """--sweep: one row per run at the given concurrency, from its variant's log, inside the run's
+    `started` .. `started + duration_s`; runs at another concurrency or of a variant without a log
+    are left out."""
+    app = tmp_path / "app.log"
+    app.write_text(
+        "[2026-12-01 10:00:01] Prefill batch, #new-seq: 8, #new-token: 512, #cached-token: 0\n"
+        "[2026-12-01 10:00:02] Decode batch, #running-req: 16, #token: 1, accept len: 2.00, "
+        "gen throughput (token/s): 100.00, #queue-req: 0\n"
+        "[2026-12-01 10:00:11] Prefill batch, #new-seq: 2, #new-token: 128, #cached-token: 0\n"
+        "[2026-12-01 10:00:11] Prefill batch, #new-seq: 6, #new-token: 384, #cached-token: 0\n"
+        "[2026-12-01 10:00:12] Decode batch, #running-req: 16, #token: 1, accept len: 3.00, "
+        "gen throughput (token/s): 300.00, #queue-req: 0\n"
+    )
+    sweep = tmp_path / "sweep.csv"
+    rows = [
+        ("on", 16, 0, _t("10:00:00"), 5.0),
+        ("on", 16, 1, _t("10:00:10"), 5.0),
+        ("on", 64, 0, _t("10:00:00"), 20.0),
+        ("off", 16, 0, _t("10:00:00"), 20.0),
+    ]
+    sweep.write_text(
+        "variant,concurrency,repeat,duration_s,started\n"
+        + "".join(f"{v},{c},{k},{d},{t}\n" for v, c, k, t, d in rows)
+    )
+    assert main(["--running", "16", "--sweep", str(sweep), f"on={app}"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "on | 0 | 1 | 2.000 | 100 | 1 | 8.00",
+        "on | 1 | 1 | 3.000 | 300 | 2 | 4.00",
+    ]
+    with pytest.raises(SystemExit):
+        main(["--running", "16", "--sweep", str(sweep), str(app)])  # not VARIANT=LOG
+    with pytest.raises(SystemExit):
+        main(["--running", "16", "--sweep", str(sweep), "--window", "1,2", f"on={app}"])
+
+
 def test_a_slow_line_weighs_by_the_time_it_took() -> None:
     """40 steps at 100 tok/s (prefills in between) and 40 at 10,000: 2 x 40 x n tokens in 0.4 n + 0.004 n
     seconds, ~198 tok/s; the mean of the two rates (5,050) would be 25x too high."""
