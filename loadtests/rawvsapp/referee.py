@@ -17,8 +17,9 @@ the path to it) is the bottleneck and its number is not the server's.
   That time base is wrong for a run that starts after the server idled: the first line's "time
   since the previous line" holds the idle gap (on the H200, 4-6 s before SGLang's client's runs:
   its engine rate read 1.17-1.65x low while the engine's token count matched the client's within
-  4%). A whole client run is refereed by `tokens` instead: the tokens its lines count (40 x n_i)
-  over the client's own duration. `prompt_tokens` reads the prefill lines: the prompt tokens per
+  4%). A whole client run is refereed by `tokens` instead: the tokens its lines count (40 x n_i,
+  times the line's `accept len` under speculation, whose 40 steps are verify steps) over the
+  client's own duration. `prompt_tokens` reads the prefill lines: the prompt tokens per
   new request the engine saw, i.e. which workload a client actually sent. `running` is the mean
   `#running-req` of the lines stamped in a window: the batch the engine was fed.
 - `StatusReferee`: the app. Each replica reports its engine's cumulative `generated_tokens` with
