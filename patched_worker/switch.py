@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 
-from patched_worker import draft_sync, off_decode, off_prefill
+from patched_worker import alloc_probe, draft_sync, off_decode, off_prefill
 from patched_worker.errors import UnsupportedSetup
 from patched_worker.setup_check import check_strategy, cold_allowed
 from patched_worker.state import OffPrefill, SpeculationState, Strategy, SwitchConfig
@@ -159,22 +159,29 @@ class SpecSwitch:
 
     def step(self, extend: bool, upstream, batch, on_publish, grammar_barrier):
         """One forward batch through `prefill_step` or `decode_step`, its host time checked against
-        SLOW_STEP_S (recorded with the step's kind and batch size)."""
+        SLOW_STEP_S (recorded with the step's kind and batch size; an extend step's line also says
+        which CUDA allocator calls it made, `alloc_probe`)."""
         before = (self.on_steps, self.off_steps, self.resyncs)
+        allocs = alloc_probe.counters() if extend else None
         started = time.perf_counter()
         result = (self.prefill_step if extend else self.decode_step)(
             upstream, batch, on_publish, grammar_barrier
         )
         took = time.perf_counter() - started
         if took >= SLOW_STEP_S:
-            self._note_slow_step(_kind(extend, before, self), _batch_size(batch), took)
+            note = alloc_probe.moved(allocs, alloc_probe.counters()) if allocs is not None else ""
+            self._note_slow_step(_kind(extend, before, self), _batch_size(batch), took, note)
         return result
 
-    def _note_slow_step(self, kind: str, batch_size: int, seconds: float) -> None:
+    def _note_slow_step(self, kind: str, batch_size: int, seconds: float, note: str = "") -> None:
         self.slow_steps += 1
         self.slow_step_log.append((self._step, kind, batch_size, round(seconds * 1e3, 1)))
         logger.info(
-            "specflip: slow %s step at batch %d: %.0f ms on the host", kind, batch_size, seconds * 1e3
+            "specflip: slow %s step at batch %d: %.0f ms on the host%s",
+            kind,
+            batch_size,
+            seconds * 1e3,
+            f" ({note})" if note else "",
         )
 
     def prefill_step(self, upstream, batch, on_publish, grammar_barrier):

@@ -4,6 +4,7 @@ timing and the kind read from the counters a real step moves, not SGLang."""
 
 from __future__ import annotations
 
+import re
 import time
 from types import SimpleNamespace
 
@@ -70,3 +71,34 @@ def test_the_log_keeps_the_most_recent_slow_steps(monkeypatch: pytest.MonkeyPatc
         sw.step(False, None, SimpleNamespace(seq_lens=[0] * n), None, None)
     assert sw.slow_steps == 20
     assert [entry[2] for entry in sw.slow_step_log] == list(range(5, 21))  # the last 16, oldest first
+
+
+def test_a_slow_extend_step_s_line_says_which_allocator_calls_it_made(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On CUDA an extend step reads the allocators' counts before and after; a slow one's line names
+    those that moved. Here the counts are a fake (this host has no CUDA): a cudaMalloc retry that
+    freed the cache, read as PyTorch would count it."""
+    monkeypatch.setattr(switch_mod, "SLOW_STEP_S", 0.05)
+    sw = _switch(monkeypatch)
+    counts = iter([(0, 10, 2, 0, 3, 0), (1, 12, 7, 0, 3, 0)])  # before, after
+    monkeypatch.setattr(switch_mod.alloc_probe, "counters", lambda: next(counts))
+    monkeypatch.setattr(sw, "prefill_step", _stand_in(sw, 0.08, None))
+    with caplog.at_level("INFO", logger=switch_mod.__name__):
+        sw.step(True, None, SimpleNamespace(seq_lens=[0] * 18), None, None)
+    [line] = caplog.messages
+    assert re.fullmatch(
+        r"specflip: slow prefill_off step at batch 18: \d+ ms on the host "
+        r"\(allocator: alloc retries \+1, cudaMalloc \+2, cudaFree \+5\)",
+        line,
+    ), line
+    assert sw.slow_step_log[0][1:3] == ("prefill_off", 18)
+
+
+def test_allocator_counts_read_as_none_moved_or_absent() -> None:
+    from patched_worker import alloc_probe
+
+    assert alloc_probe.moved((1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 5, 6)) == "allocator: none"
+    assert alloc_probe.moved((0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 1, 0)) == "allocator: cudaHostAlloc +1"
+    assert alloc_probe.moved(None, None) == ""
+    assert alloc_probe.counters() is None  # no CUDA on this host: nothing read, nothing said
