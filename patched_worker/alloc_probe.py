@@ -6,8 +6,8 @@ that step code does not ask for come from the allocators: PyTorch's caching allo
 cudaMalloc fails, frees its cached blocks (cudaFree synchronizes the device) and retries; a new
 pinned host block comes from cudaHostAlloc. `counters` reads PyTorch's own counts of those calls
 (`torch.cuda.memory_stats`, `torch.cuda.host_memory_stats`) and `moved` says which a step moved.
-Read for extend steps only (tens of microseconds each, against a prefill's milliseconds); None
-without CUDA.
+Read for extend steps only, before and after each (two dict reads of PyTorch's stats; their cost on
+the GPU host is not measured yet); None without CUDA.
 """
 
 from __future__ import annotations

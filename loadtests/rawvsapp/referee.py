@@ -129,6 +129,11 @@ def _in_or_next(series: list[tuple[float, int]], start: float, end: float, wait_
     return inside or [v for t, v in series if int(end) < t < int(end) + wait_s][:1]
 
 
+def _decodes_in(text: str, window: tuple[float, float] | None) -> list[re.Match[str]]:
+    """The decode-batch lines (regex matches: running, accept, rate) stamped inside `window`."""
+    return [m for m in _DECODE.finditer(text) if _inside(_stamp(m["time"]), window)]
+
+
 def decode_at(
     text: str, running: int, window: tuple[float, float] | None = None
 ) -> tuple[int, float | None, float | None]:
@@ -137,11 +142,7 @@ def decode_at(
     median gen throughput (None without lines). Two engines compared at the same batch and
     acceptance: a lower rate is a slower step, or more time between steps (a line's rate counts the
     prefills and idle time among its 40 steps)."""
-    found = [
-        m
-        for m in _DECODE.finditer(text)
-        if int(m["running"]) == running and _inside(_stamp(m["time"]), window)
-    ]
+    found = [m for m in _decodes_in(text, window) if int(m["running"]) == running]
     accepts = [float(m["accept"]) for m in found if m["accept"] is not None]
     rates = [float(m["rate"]) for m in found]
     return len(rates), (sum(accepts) / len(accepts) if accepts else None), median(rates) if rates else None
@@ -193,11 +194,7 @@ class LogReferee:
         text = self._text()
         if text is None:
             return None
-        inside = [
-            int(m["running"]) * float(m["accept"] or 1)
-            for m in _DECODE.finditer(text)
-            if _stamped_in(_stamp(m["time"]), start, end)
-        ]
+        inside = [int(m["running"]) * float(m["accept"] or 1) for m in _decodes_in(text, (start, end))]
         return round(self.log_interval * sum(inside)) if inside else None
 
     def prompt_tokens(self, start: float, end: float) -> float | None:
