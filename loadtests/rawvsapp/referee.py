@@ -135,14 +135,16 @@ def _decodes_in(text: str, window: tuple[float, float] | None) -> list[re.Match[
 
 
 def decode_at(
-    text: str, running: int, window: tuple[float, float] | None = None
+    text: str, running: int, window: tuple[float, float] | None = None, at_least: int | None = None
 ) -> tuple[int, float | None, float | None]:
-    """The decode-batch lines of a log at exactly `running` requests (stamped inside `window`, epoch
-    seconds, if given): how many, their mean accept length (None without speculation) and their
-    median gen throughput (None without lines). Two engines compared at the same batch and
-    acceptance: a lower rate is a slower step, or more time between steps (a line's rate counts the
-    prefills and idle time among its 40 steps)."""
-    found = [m for m in _decodes_in(text, window) if int(m["running"]) == running]
+    """The decode-batch lines of a log at exactly `running` requests, or from `at_least` to `running`
+    (stamped inside `window`, epoch seconds, if given): how many, their mean accept length (None
+    without speculation) and their median gen throughput (None without lines). Two engines compared
+    at the same batch and acceptance: a lower rate is a slower step, or more time between steps (a
+    line's rate counts the prefills and idle time among its 40 steps). A closed loop at c=256 seldom
+    logs exactly 256 running: `at_least` takes the lines of a band below it."""
+    low = running if at_least is None else at_least
+    found = [m for m in _decodes_in(text, window) if low <= int(m["running"]) <= running]
     accepts = [float(m["accept"]) for m in found if m["accept"] is not None]
     rates = [float(m["rate"]) for m in found]
     return len(rates), (sum(accepts) / len(accepts) if accepts else None), median(rates) if rates else None
@@ -330,9 +332,9 @@ def _at(series: list[tuple[float, int]], t: float) -> float | None:
     return None
 
 
-def _row(text: str, running: int, window: tuple[float, float] | None) -> str:
+def _row(text: str, running: int, window: tuple[float, float] | None, at_least: int | None) -> str:
     """decode lines | accept length | gen throughput median | prefill batches | requests per batch."""
-    k, accept, rate = decode_at(text, running, window)
+    k, accept, rate = decode_at(text, running, window, at_least)
     batches, requests = prefill_batches(text, window)
     accept_text = "-" if accept is None else f"{accept:.3f}"
     rate_text = "-" if rate is None else f"{rate:,.0f}"
@@ -345,7 +347,7 @@ _COLUMNS = (
 )
 
 
-def _sweep_rows(sweep: Path, logs: list[str], running: int) -> list[str]:
+def _sweep_rows(sweep: Path, logs: list[str], running: int, at_least: int | None = None) -> list[str]:
     """One row per run of `sweep` (a client_sweep sweep.csv) at concurrency `running` whose variant
     has a log (`VARIANT=LOG`), read in that run's window (`started` to `started + duration_s`)."""
     by_variant: dict[str, str] = {}
@@ -362,19 +364,27 @@ def _sweep_rows(sweep: Path, logs: list[str], running: int) -> list[str]:
     for r in runs:
         start = float(r["started"])
         window = (start, start + float(r["duration_s"]))
-        out.append(f"{r['variant']} | {r['repeat']} | {_row(by_variant[r['variant']], running, window)}")
+        out.append(
+            f"{r['variant']} | {r['repeat']} | {_row(by_variant[r['variant']], running, window, at_least)}"
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m loadtests.rawvsapp.referee --running N [--window START,END] LOG...`: for each engine
-    log, its decode lines at N running requests (`decode_at`) and its prefill batches
-    (`prefill_batches`). With `--sweep sweep.csv VARIANT=LOG...`: one row per run of the sweep at
+    """`python -m loadtests.rawvsapp.referee --running N [--at-least M] [--window START,END] LOG...`:
+    for each engine log, its decode lines at N running requests (M to N with --at-least;
+    `decode_at`) and its prefill batches (`prefill_batches`). With `--sweep sweep.csv VARIANT=LOG...`: one row per run of the sweep at
     concurrency N, each read in its own window from its variant's log."""
     import argparse
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--running", type=int, required=True, help="the batch to compare at (#running-req)")
+    p.add_argument(
+        "--at-least",
+        type=int,
+        metavar="N",
+        help="decode lines from N to --running requests (a band), not exactly --running",
+    )
     p.add_argument(
         "--window", default="", metavar="START,END", help="epoch seconds: only lines stamped inside"
     )
@@ -383,11 +393,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("logs", nargs="+")
     args = p.parse_args(argv)
+    if args.at_least is not None and not 0 <= args.at_least <= args.running:
+        p.error(f"--at-least {args.at_least}: expected 0 to --running ({args.running})")
     if args.sweep is not None:
         if args.window:
             p.error("--window and --sweep: the sweep's runs give the windows")
         try:
-            rows = _sweep_rows(args.sweep, args.logs, args.running)
+            rows = _sweep_rows(args.sweep, args.logs, args.running, args.at_least)
         except (ValueError, KeyError, OSError) as e:
             p.error(f"--sweep: {e}")
         print(f"variant | repeat | {_COLUMNS}")
@@ -402,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--window: expected START,END in epoch seconds")
     print(f"log | {_COLUMNS}")
     for log in args.logs:
-        print(f"{log} | {_row(Path(log).read_text(errors='replace'), args.running, window)}")
+        print(f"{log} | {_row(Path(log).read_text(errors='replace'), args.running, window, args.at_least)}")
     return 0
 
 

@@ -59,6 +59,23 @@ def test_decode_at_reads_a_batch_size_s_lines_with_their_accept_length(tmp_path:
     assert capsys.readouterr().out.splitlines()[-1] == f"{log} | 4 | 2.500 | 10,000 | 1 | 4.00"
 
 
+def test_a_band_of_batches_reads_the_lines_from_at_least_to_running(tmp_path: Path, capsys) -> None:
+    """A closed loop at c=256 seldom logs exactly 256 running: --at-least takes a band below it."""
+    band = "".join(
+        f"[2026-12-01 10:00:0{i}] Decode batch, #running-req: {n}, #token: 1, "
+        f"gen throughput (token/s): {rate:.2f}, #queue-req: 0\n"
+        for i, (n, rate) in enumerate(((255, 16000), (241, 15000), (230, 14000), (223, 9000), (256, 17000)))
+    )
+    assert decode_at(band, 256) == (1, None, 17000.0)
+    assert decode_at(band, 256, at_least=224) == (4, None, 15500.0)  # 223 running is outside
+    log = tmp_path / "plain.log"
+    log.write_text(band)
+    assert main(["--running", "256", "--at-least", "224", str(log)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"{log} | 4 | - | 15,500 | 0 | -"
+    with pytest.raises(SystemExit):
+        main(["--running", "16", "--at-least", "32", str(log)])
+
+
 def test_prefill_batches_say_whether_a_wave_arrived_together(tmp_path: Path, capsys) -> None:
     """The same 8 requests as one prefill batch (arrived together) or as three (trickled in)."""
     together = "[2026-12-01 10:00:01] Prefill batch, #new-seq: 8, #new-token: 512, #cached-token: 0\n"
