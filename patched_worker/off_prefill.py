@@ -53,12 +53,14 @@ def shifted_rows(
     return positions, next_tokens
 
 
-def run_off_prefill(worker, batch, on_publish, write_kv: bool):
+def run_off_prefill(worker, batch, on_publish, write_kv: bool, mark=None):
     """One extend batch while OFF: upstream's target extend, then (write_kv) the draft K/V of its tokens.
 
     The result's draft input holds the sampled tokens and shape-valid zero top-k / hidden state
     (upstream's stubs for a skipped draft extend), which nothing reads before the resync replaces them.
+    `mark(phase)`, if given, is called as each phase ends (`step_probe.StepProbe.mark`).
     """
+    mark = mark or _no_mark
     # spec-v2 convention, as upstream: seq_lens stays the committed length. Upstream publishes it at
     # the target's end (its draft prefill follows); a prefill's lengths are known before its forward,
     # so publish first, as the OFF step does: the overlap scheduler's next iteration waits on this
@@ -66,10 +68,12 @@ def run_off_prefill(worker, batch, on_publish, write_kv: bool):
     # while the host builds the next batch.
     if on_publish is not None:
         on_publish(batch.seq_lens)
+    mark("publish")
     result = worker.target_worker.forward_batch_generation(
         batch, capture_hidden_mode=CaptureHiddenMode.FULL if write_kv else CaptureHiddenMode.NULL
     )
     result.new_seq_lens = batch.seq_lens
+    mark("target")
     if write_kv:
         positions, next_tokens = shifted_rows(
             batch.input_ids,
@@ -77,6 +81,7 @@ def run_off_prefill(worker, batch, on_publish, write_kv: bool):
             batch.extend_lens,
             _eagle_prefill_tail_tokens(batch, result.next_token_ids),
         )
+        mark("draft rows")
         draft_sync.write_kv_rows(
             worker,
             aux=result.logits_output.hidden_states,
@@ -84,11 +89,16 @@ def run_off_prefill(worker, batch, on_publish, write_kv: bool):
             positions=positions,
             slots=batch.out_cache_loc,
         )
+        mark("draft K/V")
     result.next_draft_input = EagleDraftInput(
         bonus_tokens=result.next_token_ids, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1
     )
     worker._stub_skipped_draft_extend(batch, result)
     return result
+
+
+def _no_mark(phase: str) -> None:
+    pass
 
 
 def supported(batch) -> bool:

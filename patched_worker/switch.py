@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 
-from patched_worker import alloc_probe, draft_sync, off_decode, off_prefill
+from patched_worker import draft_sync, off_decode, off_prefill, step_probe
 from patched_worker.errors import UnsupportedSetup
 from patched_worker.setup_check import check_strategy, cold_allowed
 from patched_worker.state import OffPrefill, SpeculationState, Strategy, SwitchConfig
@@ -111,6 +111,8 @@ class SpecSwitch:
         )
         self._lock = threading.Lock()
         self.slow_steps = 0
+        self._probe: step_probe.StepProbe | None = None  # the step in progress (its phases, for a slow one)
+        step_probe.install_gc_clock()
         self.slow_step_log: collections.deque[tuple[int, str, int, float]] = collections.deque(
             maxlen=_SLOW_STEP_LOG
         )
@@ -159,18 +161,19 @@ class SpecSwitch:
 
     def step(self, extend: bool, upstream, batch, on_publish, grammar_barrier):
         """One forward batch through `prefill_step` or `decode_step`, its host time checked against
-        SLOW_STEP_S (recorded with the step's kind and batch size; an extend step's line also says
-        which CUDA allocator calls it made, `alloc_probe`)."""
+        SLOW_STEP_S (recorded with the step's kind and batch size; its log line also says where the
+        time went as far as `step_probe` sees: marked phases, the collector, an extend step's CUDA
+        allocator calls)."""
         before = (self.on_steps, self.off_steps, self.resyncs)
-        allocs = alloc_probe.counters() if extend else None
-        started = time.perf_counter()
+        self._probe = probe = step_probe.StepProbe(allocator=extend)
         result = (self.prefill_step if extend else self.decode_step)(
             upstream, batch, on_publish, grammar_barrier
         )
-        took = time.perf_counter() - started
-        if took >= SLOW_STEP_S:
-            note = alloc_probe.moved(allocs, alloc_probe.counters()) if allocs is not None else ""
-            self._note_slow_step(_kind(extend, before, self), _batch_size(batch), took, note)
+        ended = time.perf_counter()
+        if ended - probe.started >= SLOW_STEP_S:
+            kind = _kind(extend, before, self)
+            self._note_slow_step(kind, _batch_size(batch), ended - probe.started, probe.note(ended))
+        self._probe = None
         return result
 
     def _note_slow_step(self, kind: str, batch_size: int, seconds: float, note: str = "") -> None:
@@ -199,7 +202,11 @@ class SpecSwitch:
             return upstream(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
         self.off_prefills += 1
         return off_prefill.run_off_prefill(
-            self.worker, batch, on_publish, write_kv=strategy is Strategy.WARM_KV
+            self.worker,
+            batch,
+            on_publish,
+            write_kv=strategy is Strategy.WARM_KV,
+            mark=self._probe.mark if self._probe is not None else None,
         )
 
     def decode_step(self, upstream, batch, on_publish, grammar_barrier):

@@ -4,12 +4,14 @@ timing and the kind read from the counters a real step moves, not SGLang."""
 
 from __future__ import annotations
 
+import gc
 import re
 import time
 from types import SimpleNamespace
 
 import pytest
 
+from patched_worker import step_probe
 from patched_worker import switch as switch_mod
 from patched_worker.state import SpeculationState
 from patched_worker.switch import SpecSwitch
@@ -82,23 +84,71 @@ def test_a_slow_extend_step_s_line_says_which_allocator_calls_it_made(
     monkeypatch.setattr(switch_mod, "SLOW_STEP_S", 0.05)
     sw = _switch(monkeypatch)
     counts = iter([(0, 10, 2, 0, 3, 0), (1, 12, 7, 0, 3, 0)])  # before, after
-    monkeypatch.setattr(switch_mod.alloc_probe, "counters", lambda: next(counts))
+    monkeypatch.setattr(switch_mod.step_probe, "counters", lambda: next(counts))
     monkeypatch.setattr(sw, "prefill_step", _stand_in(sw, 0.08, None))
     with caplog.at_level("INFO", logger=switch_mod.__name__):
         sw.step(True, None, SimpleNamespace(seq_lens=[0] * 18), None, None)
     [line] = caplog.messages
     assert re.fullmatch(
         r"specflip: slow prefill_off step at batch 18: \d+ ms on the host "
-        r"\(allocator: alloc retries \+1, cudaMalloc \+2, cudaFree \+5\)",
+        r"\(gc \d+ ms; allocator: alloc retries \+1, cudaMalloc \+2, cudaFree \+5\)",
         line,
     ), line
     assert sw.slow_step_log[0][1:3] == ("prefill_off", 18)
 
 
-def test_allocator_counts_read_as_none_moved_or_absent() -> None:
-    from patched_worker import alloc_probe
+def test_a_slow_off_prefill_s_line_splits_its_time_by_the_phases_it_marked(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The switch hands the OFF prefill its probe's `mark`; each phase's time is the gap from the mark
+    before. The prefill here is a stand-in that sleeps in its "target" phase (no engine: what is under
+    test is the line), and the collector runs for real inside the step."""
+    monkeypatch.setattr(switch_mod, "SLOW_STEP_S", 0.05)
+    sw = _switch(monkeypatch)
 
-    assert alloc_probe.moved((1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 5, 6)) == "allocator: none"
-    assert alloc_probe.moved((0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 1, 0)) == "allocator: cudaHostAlloc +1"
-    assert alloc_probe.moved(None, None) == ""
-    assert alloc_probe.counters() is None  # no CUDA on this host: nothing read, nothing said
+    def off_prefill(worker, batch, on_publish, write_kv, mark):
+        mark("publish")
+        time.sleep(0.08)
+        mark("target")
+        cycles = [[] for _ in range(300_000)]
+        for c in cycles:
+            c.append(c)  # garbage only the collector frees
+        del cycles, c
+        gc.collect()
+        mark("draft K/V")
+        return "result"
+
+    monkeypatch.setattr(switch_mod.off_prefill, "run_off_prefill", off_prefill)
+    monkeypatch.setattr(switch_mod.off_prefill, "supported", lambda batch: True)
+    with caplog.at_level("INFO", logger=switch_mod.__name__):
+        assert sw.step(True, None, SimpleNamespace(seq_lens=[0] * 18), None, None) == "result"
+    [line] = caplog.messages
+    m = re.fullmatch(
+        r"specflip: slow prefill_off step at batch 18: (\d+) ms on the host \(publish (\d+) ms, "
+        r"target (\d+) ms, draft K/V (\d+) ms, rest (\d+) ms; gc (\d+) ms\)",
+        line,
+    )
+    assert m, line
+    total, publish, target, kv, rest, gc_ms = map(int, m.groups())
+    assert target >= 80 and publish <= 5 and abs(total - (publish + target + kv + rest)) <= 3
+    assert 1 <= gc_ms <= kv + 1  # the collector's run, inside the K/V phase
+    assert sw._probe is None  # no probe outlives its step
+
+
+def test_the_gc_clock_counts_the_collector_s_runs() -> None:
+    step_probe.install_gc_clock()
+    step_probe.install_gc_clock()  # once per process however often asked
+    assert gc.callbacks.count(step_probe._on_gc) == 1
+    before = step_probe.gc_paused_s()
+    garbage = [[i] for i in range(200_000)]
+    del garbage
+    gc.collect()
+    assert step_probe.gc_paused_s() > before
+
+
+def test_allocator_counts_read_as_none_moved_or_absent() -> None:
+    assert step_probe.moved((1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 5, 6)) == "allocator: none"
+    assert step_probe.moved((0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 1, 0)) == "allocator: cudaHostAlloc +1"
+    assert step_probe.moved(None, None) == ""
+    assert step_probe.counters() is None  # no CUDA on this host: nothing read, nothing said
+    assert step_probe.StepProbe(allocator=True).note(time.perf_counter()).startswith("gc ")
