@@ -95,6 +95,34 @@ def rotated(variants: list[str], k: int) -> list[str]:
     return variants[j:] + variants[:j]
 
 
+def levels_of(items: list[str], variants: list[str], concurrency: list[int]) -> dict[str, list[int]]:
+    """`--levels-of VARIANT=C,...` items as {variant: levels}; ValueError if not swept or not a level."""
+    out: dict[str, list[int]] = {}
+    for item in items:
+        variant, _, cs = item.partition("=")
+        try:
+            levels = {int(c) for c in cs.split(",")}
+        except ValueError:
+            levels = set()  # none, or not numbers
+        if variant not in variants or not levels or not levels <= set(concurrency):
+            raise ValueError(f"--levels-of {item}: expected one of --variants = levels of --concurrency")
+        out[variant] = sorted(levels)  # a list: results.json holds the settings
+    return out
+
+
+def plan(
+    variants: list[str], concurrency: list[int], repeat: int, only: dict[str, list[int]]
+) -> list[tuple[int, int, str]]:
+    """(level, repeat, variant) in run order: level by level, repeat by repeat, the variants that run
+    at that level (all of --concurrency's unless `only` names theirs) in repeat k's `rotated` order."""
+    return [
+        (c, k, v)
+        for c in concurrency
+        for k in range(repeat)
+        for v in rotated([v for v in variants if c in only.get(v, [c])], k)
+    ]
+
+
 class Sweep:
     def __init__(self, args: argparse.Namespace) -> None:
         from deployments.config import Device, load_config
@@ -204,8 +232,8 @@ class Sweep:
         delay, seconds = self.args.profile_window
         return RunProfile(pids, self.out, f"{variant}-c{c}-r{k}", delay, seconds)
 
-    def levels(self) -> list[tuple[int, int]]:
-        return [(c, k) for c in self.args.concurrency for k in range(self.args.repeat)]
+    def plan(self, variants: list[str]) -> list[tuple[int, int, str]]:
+        return plan(variants, self.args.concurrency, self.args.repeat, self.args.levels_of)
 
     def run_app(self, variants: list[str]) -> None:
         """Level by level, every variant at a level before the next level (one app, switched by
@@ -219,10 +247,9 @@ class Sweep:
             if self.args.warmup and variants:
                 self.warm_up(session.switch(variants[0]).url, "app")
                 self.settle()
-            for c, k in self.levels():
-                for v in rotated(variants, k):
-                    served = session.switch(v)
-                    self.one(served.url, v, c, k, served.referee, served.client, served.lines)
+            for c, k, v in self.plan(variants):
+                served = session.switch(v)
+                self.one(served.url, v, c, k, served.referee, served.client, served.lines)
         finally:
             session.close()
 
@@ -260,7 +287,7 @@ class Sweep:
             if self.args.warmup:
                 self.warm_up(url, variant)
             referee = LogReferee(server.log_path)
-            for c, k in self.levels():
+            for c, k, _ in self.plan([variant]):
                 self.one(url, variant, c, k, referee, None, referee)
         finally:
             server.stop()
@@ -332,6 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--concurrency", default="1,16,64,256", help="levels, in this order")
     p.add_argument("--repeat", type=int, default=1, help="client runs per level")
+    p.add_argument(
+        "--levels-of",
+        action="append",
+        default=[],
+        metavar="VARIANT=C,...",
+        help="VARIANT only at these of --concurrency's levels (repeatable; the others run at all)",
+    )
     p.add_argument("--prompts", default="", metavar="C=N,...", help="prompts per run at level C")
     p.add_argument("--min-waves", type=int, default=4, help="prompts = C x this, where --prompts is silent")
     p.add_argument("--input-len", type=int, default=64)
@@ -383,6 +417,10 @@ def main(argv: list[str] | None = None) -> int:
         args.profile_window = (delay, seconds)
     except ValueError:
         unknown.add(f"--profile-window {args.profile_window}")
+    try:
+        args.levels_of = levels_of(args.levels_of, variants, args.concurrency)
+    except ValueError as e:
+        unknown.add(str(e))
     if unknown or not args.concurrency:
         print(f"client_sweep: unknown {sorted(unknown)} (or no --concurrency)", file=sys.stderr)
         return 2

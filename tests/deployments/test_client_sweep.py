@@ -44,7 +44,7 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
     cmd = [
         sys.executable, "-m", "loadtests.bench.client_sweep", "--config", str(config), "--target", app.base,
         "--shape", "chain", "--variants", "off,dynamic,raw_plain,sglang_adaptive", "--concurrency", "2,1", "--prompts", "2=8,1=2",
-        "--input-len", "12", "--output-len", "24", "--profile-at", "2", "--profile-window", "0,1", "--out", str(out),
+        "--levels-of", "sglang_adaptive=2", "--input-len", "12", "--output-len", "24", "--profile-at", "2", "--profile-window", "0,1", "--out", str(out),
     ]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -74,8 +74,7 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
         ("dynamic", "1"),
         ("raw_plain", "2"),
         ("raw_plain", "1"),
-        ("sglang_adaptive", "2"),  # SGLang's own --speculative-adaptive server
-        ("sglang_adaptive", "1"),
+        ("sglang_adaptive", "2"),  # SGLang's own --speculative-adaptive server, only at c=2 (--levels-of)
     ]
     # the app idles after its warm-up until the policy can have decided for the first level's load
     assert "app settles" in done.stdout + done.stderr
@@ -129,9 +128,12 @@ def test_client_sweep_runs_the_app_variants_and_sglangs_servers(
     assert {r["mode"] for r in raw} == {"raw"} and {r["flips"] for r in raw} == {"0"}
     assert {r["replica_id"] for r in raw} == {"raw_plain/0", "sglang_adaptive/0"}
     assert {(r["variant"], r["concurrency"]) for r in raw} == {
-        (v, c) for v in ("raw_plain", "sglang_adaptive") for c in ("2", "1")
+        ("raw_plain", "2"),
+        ("raw_plain", "1"),
+        ("sglang_adaptive", "2"),
     }
     assert (out / "modes.png").stat().st_size > 0
+    assert json.loads((out / "results.json").read_text())["settings"]["levels_of"] == {"sglang_adaptive": [2]}
     assert {r["override"] for r in app.client.replicas()} == {"auto"}  # put back as found
 
 

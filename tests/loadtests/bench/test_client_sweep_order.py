@@ -1,9 +1,12 @@
-"""`loadtests.bench.client_sweep.rotated`: over as many repeats as variants, each variant runs first
-at a level once (the sweep's order, so a variant's place is not confounded with the variant)."""
+"""`loadtests.bench.client_sweep`'s run order: over as many repeats as variants, each variant runs
+first at a level once (`rotated`: a variant's place is not confounded with the variant), and
+`--levels-of` keeps a variant to some levels (`plan`)."""
 
 from __future__ import annotations
 
-from loadtests.bench.client_sweep import rotated
+import pytest
+
+from loadtests.bench.client_sweep import levels_of, plan, rotated
 
 
 def test_each_variant_leads_one_repeat_and_every_repeat_runs_them_all() -> None:
@@ -16,3 +19,25 @@ def test_each_variant_leads_one_repeat_and_every_repeat_runs_them_all() -> None:
     assert {o[0] for o in orders[:3]} == set(variants)
     assert all(sorted(o) == sorted(variants) for o in orders)
     assert rotated([], 2) == []
+
+
+def test_levels_of_runs_a_variant_at_some_levels_only() -> None:
+    """SGLang's servers at c=256 and the app's variants at c=256 and 8 in one sweep: the app's
+    variants keep their rotation, a raw server runs only its level's repeats."""
+    variants = ["off", "dynamic", "raw_plain"]
+    only = levels_of(["raw_plain=256"], variants, [256, 8])
+    assert only == {"raw_plain": [256]}
+    assert plan(variants[:2], [256, 8], 2, only) == [
+        (256, 0, "off"), (256, 0, "dynamic"), (256, 1, "dynamic"), (256, 1, "off"),
+        (8, 0, "off"), (8, 0, "dynamic"), (8, 1, "dynamic"), (8, 1, "off"),
+    ]  # fmt: skip
+    assert plan(["raw_plain"], [256, 8], 2, only) == [(256, 0, "raw_plain"), (256, 1, "raw_plain")]
+    assert plan(variants, [8], 1, {}) == [(8, 0, v) for v in variants]  # no --levels-of: every level
+
+
+@pytest.mark.parametrize("item", ["raw_eagle=256", "raw_plain=64", "raw_plain=", "raw_plain", "raw_plain=x"])
+def test_levels_of_names_what_it_cannot_run(item: str) -> None:
+    """A variant not swept, a level not in --concurrency, no levels: a ValueError naming the item."""
+    with pytest.raises(ValueError, match="--levels-of"):
+        levels_of([item], ["off", "raw_plain"], [256, 8])
+    assert levels_of(["raw_plain=256, 8"], ["raw_plain"], [256, 8]) == {"raw_plain": [8, 256]}
