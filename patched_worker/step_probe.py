@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import time
 
-__all__ = ["COUNTERS", "StepProbe", "counters", "gc_paused_s", "install_gc_clock", "moved"]
+__all__ = ["COUNTERS", "PhaseMeans", "StepProbe", "counters", "gc_paused_s", "install_gc_clock", "moved"]
 
 # (PyTorch's counter, the name in a slow-step line)
 _DEVICE = (
@@ -90,14 +90,44 @@ class StepProbe:
         """The phase `phase` ended now (it began at the previous mark, or at the step's start)."""
         self._marks.append((phase, time.perf_counter()))
 
+    def phases(self, ended: float) -> list[tuple[str, float]]:
+        """(phase, seconds) of the marked phases and the rest up to `ended`; [] if none was marked."""
+        out, t = [], self.started
+        for phase, at in self._marks:
+            out.append((phase, at - t))
+            t = at
+        return [*out, ("rest", ended - t)] if out else []
+
     def note(self, ended: float) -> str:
         """'target 270 ms, draft K/V 3 ms, rest 1 ms; gc 0 ms; allocator: none' for a step that
         ended at `ended` (perf_counter): phases only if marked, the allocator only if read."""
-        phases, t = [], self.started
-        for phase, at in self._marks:
-            phases.append(f"{phase} {(at - t) * 1e3:.0f} ms")
-            t = at
-        parts = [", ".join([*phases, f"rest {(ended - t) * 1e3:.0f} ms"])] if phases else []
+        phases = ", ".join(f"{phase} {seconds * 1e3:.0f} ms" for phase, seconds in self.phases(ended))
+        parts = [phases] if phases else []
         parts.append(f"gc {(_gc_paused - self._gc) * 1e3:.0f} ms")
         allocs = moved(self._allocs, counters()) if self._allocs is not None else ""
         return "; ".join([*parts, allocs] if allocs else parts)
+
+
+class PhaseMeans:
+    """Every step's host time, not only a slow one's: per kind of step, the mean host time and the mean
+    of each marked phase over its last `every` steps, said once per `every` (a line a run, not a line a
+    step). Whether every OFF prefill waits in its target call or only a few do reads here."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self._sums: dict[str, tuple[int, float, dict[str, float]]] = {}
+
+    def add(self, kind: str, probe: StepProbe, ended: float) -> str | None:
+        """Count one step of `kind`; the line for the last `every` of them when this one completes them."""
+        n, host, phases = self._sums.get(kind, (0, 0.0, {}))
+        for phase, seconds in probe.phases(ended):
+            phases[phase] = phases.get(phase, 0.0) + seconds
+        n, host = n + 1, host + ended - probe.started
+        if n < self.every:
+            self._sums[kind] = (n, host, phases)
+            return None
+        del self._sums[kind]
+        split = ", ".join(f"{phase} {seconds / n * 1e3:.1f}" for phase, seconds in phases.items())
+        return f"{kind} steps' host time, mean of the last {n}: {host / n * 1e3:.1f} ms" + (
+            f" ({split} ms)" if split else ""
+        )

@@ -37,6 +37,7 @@ _MAX_STEP_GAP_S = 5.0  # a longer gap between two decode results is an idle peri
 # bucket), or a wait on the device, takes longer
 SLOW_STEP_S = 0.25
 _SLOW_STEP_LOG = 16  # the most recent slow steps kept for state queries
+PREFILL_MEANS_EVERY = 64  # prefill steps of a kind per line of their mean host time (`step_probe.PhaseMeans`)
 
 
 class _ResyncTimer:
@@ -113,6 +114,7 @@ class SpecSwitch:
         self.slow_steps = 0
         self._probe: step_probe.StepProbe | None = None  # the step in progress (its phases, for a slow one)
         step_probe.install_gc_clock()
+        self._prefill_means = step_probe.PhaseMeans(PREFILL_MEANS_EVERY)
         self.slow_step_log: collections.deque[tuple[int, str, int, float]] = collections.deque(
             maxlen=_SLOW_STEP_LOG
         )
@@ -163,16 +165,18 @@ class SpecSwitch:
         """One forward batch through `prefill_step` or `decode_step`, its host time checked against
         SLOW_STEP_S (recorded with the step's kind and batch size; its log line also says where the
         time went as far as `step_probe` sees: marked phases, the collector, an extend step's CUDA
-        allocator calls)."""
+        allocator calls); every PREFILL_MEANS_EVERY prefill steps of a kind, a line of their means."""
         before = (self.on_steps, self.off_steps, self.resyncs)
         self._probe = probe = step_probe.StepProbe(allocator=extend)
         result = (self.prefill_step if extend else self.decode_step)(
             upstream, batch, on_publish, grammar_barrier
         )
         ended = time.perf_counter()
+        kind = _kind(extend, before, self)
         if ended - probe.started >= SLOW_STEP_S:
-            kind = _kind(extend, before, self)
             self._note_slow_step(kind, _batch_size(batch), ended - probe.started, probe.note(ended))
+        if extend and (means := self._prefill_means.add(kind, probe, ended)) is not None:
+            logger.info("specflip: %s", means)
         self._probe = None
         return result
 

@@ -152,3 +152,39 @@ def test_allocator_counts_read_as_none_moved_or_absent() -> None:
     assert step_probe.moved(None, None) == ""
     assert step_probe.counters() is None  # no CUDA on this host: nothing read, nothing said
     assert step_probe.StepProbe(allocator=True).note(time.perf_counter()).startswith("gc ")
+
+
+def test_every_prefill_step_s_host_time_is_said_as_means_once_per_batch_of_steps(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not only slow steps: each kind's mean host time over its last PREFILL_MEANS_EVERY prefill steps,
+    split by the phases they marked (OFF prefills: the stand-in sleeps 20 ms in "target"); decode
+    steps do not count."""
+    monkeypatch.setattr(switch_mod, "PREFILL_MEANS_EVERY", 3)
+    sw = _switch(monkeypatch)
+
+    def off_prefill(worker, batch, on_publish, write_kv, mark):
+        mark("publish")
+        time.sleep(0.02)
+        mark("target")
+        return "result"
+
+    monkeypatch.setattr(switch_mod.off_prefill, "run_off_prefill", off_prefill)
+    monkeypatch.setattr(switch_mod.off_prefill, "supported", lambda batch: True)
+    monkeypatch.setattr(sw, "decode_step", _stand_in(sw, 0.0, "off_steps"))
+    batch = SimpleNamespace(seq_lens=[0] * 4)
+    with caplog.at_level("INFO", logger=switch_mod.__name__):
+        for extend in (True, False, True, False, False):
+            sw.step(extend, None, batch, None, None)
+        assert caplog.messages == []  # two prefills so far, and decode steps never count
+        sw.step(True, None, batch, None, None)
+    [line] = caplog.messages
+    m = re.fullmatch(
+        r"specflip: prefill_off steps' host time, mean of the last 3: ([\d.]+) ms "
+        r"\(publish ([\d.]+), target ([\d.]+), rest ([\d.]+) ms\)",
+        line,
+    )
+    assert m, line
+    host, publish, target, rest = map(float, m.groups())
+    assert target >= 20 and publish < 5 and abs(host - (publish + target + rest)) < 0.5
+    assert sw.slow_steps == 0  # none was slow: the means are every step's
