@@ -373,8 +373,8 @@ def _sweep_rows(sweep: Path, logs: list[str], running: int, at_least: int | None
 def main(argv: list[str] | None = None) -> int:
     """`python -m loadtests.rawvsapp.referee --running N [--at-least M] [--window START,END] LOG...`:
     for each engine log, its decode lines at N running requests (M to N with --at-least;
-    `decode_at`) and its prefill batches (`prefill_batches`). With `--sweep sweep.csv VARIANT=LOG...`: one row per run of the sweep at
-    concurrency N, each read in its own window from its variant's log."""
+    `decode_at`) and its prefill batches (`prefill_batches`). With `--sweep sweep.csv VARIANT=LOG...`:
+    one row per run of the sweep at concurrency N, each read in its own window from its variant's log."""
     import argparse
 
     p = argparse.ArgumentParser(description=main.__doc__)

@@ -35,6 +35,31 @@ def _stand_in(sw: SpecSwitch, sleep_s: float, counter: str | None):
     return step
 
 
+def _marking_off_prefill(monkeypatch: pytest.MonkeyPatch, target_s: float, kv_phase=None) -> None:
+    """The OFF prefill replaced by a stand-in that marks "publish", sleeps `target_s` in "target" and,
+    given `kv_phase`, runs it as its "draft K/V" phase: what is under test is the switch's lines."""
+
+    def off_prefill(worker, batch, on_publish, write_kv, mark):
+        mark("publish")
+        time.sleep(target_s)
+        mark("target")
+        if kv_phase is not None:
+            kv_phase()
+            mark("draft K/V")
+        return "result"
+
+    monkeypatch.setattr(switch_mod.off_prefill, "run_off_prefill", off_prefill)
+    monkeypatch.setattr(switch_mod.off_prefill, "supported", lambda batch: True)
+
+
+def _the_line(caplog: pytest.LogCaptureFixture, pattern: str) -> tuple[str, ...]:
+    """The groups of the one line logged, which must match `pattern` whole."""
+    [line] = caplog.messages
+    m = re.fullmatch(pattern, line)
+    assert m, line
+    return m.groups()
+
+
 def test_a_slow_step_is_recorded_with_its_kind_and_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(switch_mod, "SLOW_STEP_S", 0.05)
     sw = _switch(monkeypatch)
@@ -106,30 +131,24 @@ def test_a_slow_off_prefill_s_line_splits_its_time_by_the_phases_it_marked(
     monkeypatch.setattr(switch_mod, "SLOW_STEP_S", 0.05)
     sw = _switch(monkeypatch)
 
-    def off_prefill(worker, batch, on_publish, write_kv, mark):
-        mark("publish")
-        time.sleep(0.08)
-        mark("target")
+    def collect_cycles() -> None:
         cycles = [[] for _ in range(300_000)]
         for c in cycles:
             c.append(c)  # garbage only the collector frees
         del cycles, c
         gc.collect()
-        mark("draft K/V")
-        return "result"
 
-    monkeypatch.setattr(switch_mod.off_prefill, "run_off_prefill", off_prefill)
-    monkeypatch.setattr(switch_mod.off_prefill, "supported", lambda batch: True)
+    _marking_off_prefill(monkeypatch, 0.08, kv_phase=collect_cycles)
     with caplog.at_level("INFO", logger=switch_mod.__name__):
         assert sw.step(True, None, SimpleNamespace(seq_lens=[0] * 18), None, None) == "result"
-    [line] = caplog.messages
-    m = re.fullmatch(
-        r"specflip: slow prefill_off step at batch 18: (\d+) ms on the host \(publish (\d+) ms, "
-        r"target (\d+) ms, draft K/V (\d+) ms, rest (\d+) ms; gc (\d+) ms\)",
-        line,
+    total, publish, target, kv, rest, gc_ms = map(
+        int,
+        _the_line(
+            caplog,
+            r"specflip: slow prefill_off step at batch 18: (\d+) ms on the host \(publish (\d+) ms, "
+            r"target (\d+) ms, draft K/V (\d+) ms, rest (\d+) ms; gc (\d+) ms\)",
+        ),
     )
-    assert m, line
-    total, publish, target, kv, rest, gc_ms = map(int, m.groups())
     assert target >= 80 and publish <= 5 and abs(total - (publish + target + kv + rest)) <= 3
     assert 1 <= gc_ms <= kv + 1  # the collector's run, inside the K/V phase
     assert sw._probe is None  # no probe outlives its step
@@ -162,15 +181,7 @@ def test_every_prefill_step_s_host_time_is_said_as_means_once_per_batch_of_steps
     steps do not count."""
     monkeypatch.setattr(switch_mod, "PREFILL_MEANS_EVERY", 3)
     sw = _switch(monkeypatch)
-
-    def off_prefill(worker, batch, on_publish, write_kv, mark):
-        mark("publish")
-        time.sleep(0.02)
-        mark("target")
-        return "result"
-
-    monkeypatch.setattr(switch_mod.off_prefill, "run_off_prefill", off_prefill)
-    monkeypatch.setattr(switch_mod.off_prefill, "supported", lambda batch: True)
+    _marking_off_prefill(monkeypatch, 0.02)
     monkeypatch.setattr(sw, "decode_step", _stand_in(sw, 0.0, "off_steps"))
     batch = SimpleNamespace(seq_lens=[0] * 4)
     with caplog.at_level("INFO", logger=switch_mod.__name__):
@@ -178,13 +189,13 @@ def test_every_prefill_step_s_host_time_is_said_as_means_once_per_batch_of_steps
             sw.step(extend, None, batch, None, None)
         assert caplog.messages == []  # two prefills so far, and decode steps never count
         sw.step(True, None, batch, None, None)
-    [line] = caplog.messages
-    m = re.fullmatch(
-        r"specflip: prefill_off steps' host time, mean of the last 3: ([\d.]+) ms "
-        r"\(publish ([\d.]+), target ([\d.]+), rest ([\d.]+) ms\)",
-        line,
+    host, publish, target, rest = map(
+        float,
+        _the_line(
+            caplog,
+            r"specflip: prefill_off steps' host time, mean of the last 3: ([\d.]+) ms "
+            r"\(publish ([\d.]+), target ([\d.]+), rest ([\d.]+) ms\)",
+        ),
     )
-    assert m, line
-    host, publish, target, rest = map(float, m.groups())
     assert target >= 20 and publish < 5 and abs(host - (publish + target + rest)) < 0.5
     assert sw.slow_steps == 0  # none was slow: the means are every step's
