@@ -12,8 +12,11 @@ GPU time: the union of the trace's kernel, memcpy and memset intervals (`busy`),
 them from the window's first to its last (`idle`). Host waits: the CUDA runtime calls that block the
 host until the device is done (`HOST_WAITS`); beside them every runtime call ranked by its total time
 (`top_runtime`), since others block too at times (a launch into a full queue, an async copy from
-pageable memory that waits for its stream, a pinned allocation). A trace of a CPU-only run has no GPU or runtime events:
-those fields are None and the host ops carry the summary.
+pageable memory that waits for its stream, a pinned allocation). Where the host blocked
+(`blocked_at`): every runtime call of 1 ms or more, named by the call, the host op around it and the
+annotation around that (SGLang's `step`, `scheduler.run_batch`, ...), so two engines' traces say not
+only how long their hosts waited but at which point of the step. A trace of a CPU-only run has no GPU
+or runtime events: those fields are None and the host ops carry the summary.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ HOST_WAITS = (
     "cudaMemcpy",
 )
 TOP = 8  # kernels and host ops listed, by total time
+BLOCKED_US = 1000.0  # a runtime call this long held the host (a launch or an async copy takes microseconds)
 
 
 def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -46,6 +50,7 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     if not spans:
         return {
             "span_ms": 0.0, "gpu": None, "host_waits": None, "top_kernels": [], "top_runtime": [], "top_host_ops": [],
+            "blocked_at": [],
         }  # fmt: skip
     start = min(float(e["ts"]) for e in spans)
     end = max(float(e["ts"]) + float(e["dur"]) for e in spans)
@@ -59,6 +64,7 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         "top_kernels": _top(e for e in spans if e.get("cat") == "kernel"),
         "top_runtime": _top(runtime),
         "top_host_ops": _top(host_ops),
+        "blocked_at": _blocked_at(spans),
     }
 
 
@@ -100,6 +106,36 @@ def _host_waits(runtime: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _blocked_at(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where the host blocked: the runtime calls of >= BLOCKED_US, named by the call, the innermost host
+    op around it and the innermost annotation around that (`step[EXTEND bs=19 toks=8192]` read as
+    `step`), the TOP places by total time. A blocking copy shows here whatever its runtime name (a
+    copy from pageable memory is a cudaMemcpyAsync followed by a cudaStreamSynchronize)."""
+    around: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for e in spans:  # only spans at least as long as a blocked call can hold one
+        if e.get("cat") in ("cpu_op", "user_annotation") and float(e["dur"]) >= BLOCKED_US:
+            around[e.get("tid")].append(e)
+    places = []
+    for e in spans:
+        if e.get("cat") != "cuda_runtime" or float(e["dur"]) < BLOCKED_US:
+            continue
+        t0, t1 = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        inside = [
+            a for a in around[e.get("tid")] if float(a["ts"]) <= t0 and float(a["ts"]) + float(a["dur"]) >= t1
+        ]
+        op = min((a for a in inside if a.get("cat") == "cpu_op"), key=lambda a: float(a["dur"]), default=None)
+        note = min(
+            (a for a in inside if a.get("cat") == "user_annotation"),
+            key=lambda a: float(a["dur"]),
+            default=None,
+        )
+        where = (
+            f"{e['name']} in {op['name'] if op else '-'} under {note['name'].split('[')[0] if note else '-'}"
+        )
+        places.append({"name": where, "dur": e["dur"]})
+    return _top(places)
+
+
 def _top(events: Any) -> list[dict[str, Any]]:
     """The TOP names by total time: each one's count, total and longest (ms)."""
     total: dict[str, float] = defaultdict(float)
@@ -136,6 +172,9 @@ def line(s: dict[str, Any]) -> str:
     ):
         if top:
             parts.append(f"top {label} {top[0]['name'][:48]} {top[0]['total_ms']:,.1f} ms x{top[0]['count']}")
+    if s.get("blocked_at"):
+        b = s["blocked_at"][0]
+        parts.append(f"blocked most at {b['name']} {b['total_ms']:,.1f} ms x{b['count']}")
     return ", ".join(parts)
 
 

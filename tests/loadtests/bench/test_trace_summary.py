@@ -73,3 +73,38 @@ def test_files_gzipped_or_not_and_the_command_line(
     assert len(json.loads((tmp_path / "s.json").read_text())) == 2
     (tmp_path / "bad.json").write_text("{")
     assert main([str(tmp_path / "bad.json")]) == 2
+
+
+def _on(tid: int, cat: str, name: str, ts: float, dur: float) -> dict:
+    return {**_x(cat, name, ts, dur), "tid": tid}
+
+
+def test_where_the_host_blocked_is_named_by_the_call_its_host_op_and_its_annotation() -> None:
+    """The OFF prefill's wait of 2026-12-07: a copy from pageable memory after the step (a memcpy and a
+    stream sync inside aten::copy_, in run_batch outside the step) against plain's inside the step;
+    calls under 1 ms and other threads' spans around the same time do not count."""
+    trace = [
+        _on(1, "user_annotation", "scheduler.run_batch", 0, 400_000),
+        _on(1, "user_annotation", "step[EXTEND bs=19 toks=8192]", 1_000, 20_000),
+        _on(1, "cpu_op", "aten::to", 2_000, 5_000),
+        _on(1, "cpu_op", "aten::copy_", 2_500, 4_000),
+        _on(1, "cuda_runtime", "cudaMemcpyAsync", 3_000, 3_000),  # in the step: blocked 3 ms
+        _on(1, "cpu_op", "aten::copy_", 30_000, 170_000),
+        _on(1, "cuda_runtime", "cudaMemcpyAsync", 30_010, 20),  # an async copy: not a block
+        _on(1, "cuda_runtime", "cudaStreamSynchronize", 30_040, 165_000),
+        _on(1, "user_annotation", "step[EXTEND bs=20 toks=8192]", 250_000, 20_000),
+        _on(1, "cpu_op", "aten::copy_", 251_000, 2_000),
+        _on(1, "cuda_runtime", "cudaMemcpyAsync", 251_100, 1_500),
+        _on(2, "cpu_op", "aten::elsewhere", 0, 400_000),  # another thread: never around thread 1's calls
+    ]
+    blocked = summarize(trace)["blocked_at"]
+    assert blocked == [
+        {
+            "name": "cudaStreamSynchronize in aten::copy_ under scheduler.run_batch",
+            "count": 1,
+            "total_ms": 165.0,
+            "longest_ms": 165.0,
+        },
+        {"name": "cudaMemcpyAsync in aten::copy_ under step", "count": 2, "total_ms": 4.5, "longest_ms": 3.0},
+    ]
+    assert summarize(GPU_TRACE)["blocked_at"] == []  # nothing there blocked for 1 ms
