@@ -13,6 +13,8 @@ Patched (sglang 0.5.17 only; `check_sglang_version` refuses anything else):
 These go when SGLang ships a runtime speculation switch with a plain-decode OFF mode.
 - Per-request `sampling_seed` honoured without deterministic inference: `patched_worker.seeding`.
 - The spec-decode KV allocation's per-request loop reads its lengths as a list: `patched_worker.spec_alloc`.
+- An EAGLE prefill's tail tokens without a host wait (ON prefills; the OFF prefill calls the same):
+  `patched_worker.prefill_tail`.
 """
 
 from __future__ import annotations
@@ -135,6 +137,9 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
     from patched_worker.spec_alloc import install_spec_alloc
 
     alloc_targets = install_spec_alloc()
+    from patched_worker.prefill_tail import install_prefill_tail
+
+    tail_targets = install_prefill_tail()
     EAGLEWorkerV2.forward_batch_generation = forward_batch_generation
     EAGLEWorkerV2.on_verify_complete_cpu = on_verify_complete_cpu
     EAGLEWorkerV2.init_cuda_graphs = init_cuda_graphs
@@ -155,6 +160,7 @@ def install(config: SwitchConfig | None = None) -> PatchStatus:
             "Scheduler.specflip_configure",
             *seeding_targets,
             *alloc_targets,
+            *tail_targets,
         ),
     )
     return _INSTALLED

@@ -22,41 +22,21 @@ from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 from sglang.srt.speculative.eagle_info import EagleDraftInput
 
 from patched_worker import draft_sync
+from patched_worker.prefill_tail import tail_tokens
 
-__all__ = ["chunk_tail", "run_off_prefill", "shifted_rows", "supported"]
-
-
-def chunk_tail(batch) -> tuple[int, int] | None:
-    """(index in the batch, next prompt token) of the request this prefill cut short, if any: its last
-    new token's next token is that prompt token, not the sampled one. The request and token upstream's
-    `_eagle_prefill_tail_tokens` (sglang 0.5.17 speculative/eagle_utils.py:84) picks; upstream then
-    writes the int into an element of the sampled tokens on the GPU, a copy from pageable host memory
-    that waits on the host until the target's extend has run (a cudaStreamSynchronize of ~165 ms per
-    8,192-token chunk in the H100 profile, docs/benchmarks.md), so the OFF prefill takes the pair
-    and `shifted_rows` writes it with a fill, which waits for nothing."""
-    token = batch.chunked_req_next_prompt_token
-    if token is None:
-        return None
-    for i, req in enumerate(batch.reqs):
-        if req is batch.chunked_req:
-            return i, int(token)
-    return None
+__all__ = ["run_off_prefill", "shifted_rows", "supported"]
 
 
 def shifted_rows(
-    input_ids: torch.Tensor,
-    prefix_lens: list[int],
-    extend_lens: list[int],
-    tail_tokens: torch.Tensor,
-    chunked: tuple[int, int] | None = None,
+    input_ids: torch.Tensor, prefix_lens: list[int], extend_lens: list[int], tail_tokens: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(positions, next tokens) of every extended token, requests concatenated as in `input_ids`.
 
-    The next token of a request's last new token is its tail token: the sampled one (`tail_tokens`), or
-    for the request a chunk cut short (`chunked`, from `chunk_tail`) its next prompt token: the same
-    rows upstream's per-request loop builds (eagle_worker_v2.py:745-755). Built on the host from the
-    batch's length lists and copied over once, from pinned memory on CUDA (a copy from pageable memory
-    would wait for the target's forward still running on the stream).
+    The next token of a request's last new token is its tail token (the sampled one, or the next prompt
+    token of a chunk: `prefill_tail.tail_tokens`): the same rows upstream's per-request loop builds
+    (eagle_worker_v2.py:745-755).
+    Built on the host from the batch's length lists and copied over once, from pinned memory on CUDA
+    (a copy from pageable memory would wait for the target's forward still running on the stream).
     """
     lens = torch.tensor(extend_lens, dtype=torch.int64)
     starts = torch.cumsum(lens, 0) - lens
@@ -71,10 +51,6 @@ def shifted_rows(
     next_tokens = torch.empty_like(input_ids)
     next_tokens[:-1] = input_ids[1:]
     next_tokens[last] = tail_tokens.to(input_ids.dtype)
-    if chunked is not None:
-        i, token = chunked
-        row = int(starts[i] + lens[i]) - 1
-        next_tokens[row : row + 1].fill_(token)  # a scalar fill: no host copy, no wait
     return positions, next_tokens
 
 
@@ -104,8 +80,7 @@ def run_off_prefill(worker, batch, on_publish, write_kv: bool, mark=None):
             batch.input_ids,
             batch.prefix_lens,
             batch.extend_lens,
-            result.next_token_ids,
-            chunk_tail(batch),
+            tail_tokens(batch, result.next_token_ids),
         )
         mark("draft rows")
         draft_sync.write_kv_rows(

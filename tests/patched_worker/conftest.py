@@ -31,6 +31,10 @@ class Engines:
     def spec(self, topk: int, steps: int, draft_tokens: int, **switch):
         return self._get(("spec", topk, steps, draft_tokens, tuple(sorted(switch.items()))))
 
+    def spec_chunked(self, topk: int, steps: int, draft_tokens: int, chunk: int):
+        """A speculative engine that prefills at most `chunk` tokens per step (a longer prompt is cut)."""
+        return self._get(("spec-chunked", topk, steps, draft_tokens, (), chunk))
+
     def spec_overlap(self, topk: int, steps: int, draft_tokens: int):
         """A speculative engine with SGLang's overlap scheduler on (the GPU default; off on CPU otherwise)."""
         return self._get(("spec-overlap", topk, steps, draft_tokens, ()))
@@ -47,7 +51,8 @@ class Engines:
                     **cpu_engine_kwargs(self.pair.target, None, **SHARED_KWARGS)
                 )
             else:
-                kind, topk, steps, n, switch = key
+                kind, topk, steps, n, switch, *chunk = key
+                extra = {"chunked_prefill_size": chunk[0]} if chunk else {}
                 if kind == "spec-overlap":
                     os.environ[shim.OVERLAP_ENV] = "1"  # read while the engine's server args resolve
                 try:
@@ -61,6 +66,7 @@ class Engines:
                             topk=topk,
                             draft_tokens=n,
                             **SHARED_KWARGS,
+                            **extra,
                         ),
                     )
                 finally:

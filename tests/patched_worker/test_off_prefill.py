@@ -4,7 +4,7 @@ prompt's draft K/V from its aux hidden states instead of running the draft forwa
 Shown on the real engine (CPU, fp32): outputs token-identical to the plain engine's; requests prefilled
 that way accept drafts after re-enable as well as requests given upstream's draft prefill (the draft
 K/V it writes are the ones the draft forward writes); and the row layout it builds matches upstream's
-per-request loop, a chunk's cut-short request (its next prompt token as its tail) included.
+per-request loop, chunked prompts included.
 """
 
 from __future__ import annotations
@@ -43,55 +43,6 @@ def test_the_rows_are_upstreams_per_request_loop_vectorized(prefix_lens, extend_
     got_pos, got_next = shifted_rows(input_ids, prefix_lens, extend_lens, tails)
     want_pos, want_next = _upstream_rows(input_ids, prefix_lens, extend_lens, tails)
     assert torch.equal(got_pos, want_pos) and torch.equal(got_next, want_next)
-
-
-def _batch(extend_lens, chunked_at, next_prompt_token, seed):
-    """A stand-in ScheduleBatch with the fields upstream's `_eagle_prefill_tail_tokens` reads: the request
-    at `chunked_at` (None: none) was cut short by the chunk, its next prompt token still to come."""
-    from types import SimpleNamespace
-
-    gen = torch.Generator().manual_seed(seed)
-    reqs = [SimpleNamespace(rid=i) for i in range(len(extend_lens))]
-    return SimpleNamespace(
-        reqs=reqs,
-        chunked_req=None if chunked_at is None else reqs[chunked_at],
-        chunked_req_next_prompt_token=None if chunked_at is None else next_prompt_token,
-        input_ids=torch.randint(10, 1000, (sum(extend_lens),), generator=gen),
-    )
-
-
-@pytest.mark.parametrize(
-    ("prefix_lens", "extend_lens", "chunked_at"),
-    [
-        ([0], [5], 0),
-        ([0, 0, 0], [3, 1, 7], 2),
-        ([4, 0, 11], [2, 6, 1], 0),
-        ([0, 9], [1, 1], 1),
-        ([0, 3], [4, 2], None),
-    ],
-)
-def test_a_chunked_request_gets_its_next_prompt_token_as_upstream_gives_it(
-    prefix_lens, extend_lens, chunked_at
-):
-    """The request a chunk cut short: its last row's next token is the next prompt token, the one upstream
-    writes into the sampled tokens (`_eagle_prefill_tail_tokens`, called here on the same batch), not the
-    sampled one; every other row as before."""
-    from sglang.srt.speculative.eagle_utils import _eagle_prefill_tail_tokens
-
-    from patched_worker.off_prefill import chunk_tail, shifted_rows
-
-    batch = _batch(extend_lens, chunked_at, next_prompt_token=7, seed=len(extend_lens))
-    sampled = torch.arange(1001, 1001 + len(extend_lens), dtype=torch.int32)  # never a prompt id
-    chunked = chunk_tail(batch)
-    assert chunked == (None if chunked_at is None else (chunked_at, 7))
-    got_pos, got_next = shifted_rows(batch.input_ids, prefix_lens, extend_lens, sampled, chunked)
-    want_pos, want_next = _upstream_rows(
-        batch.input_ids, prefix_lens, extend_lens, _eagle_prefill_tail_tokens(batch, sampled)
-    )
-    assert torch.equal(got_pos, want_pos) and torch.equal(got_next, want_next)
-    if chunked_at is not None:  # the override landed on that request's last row only
-        last = sum(extend_lens[: chunked_at + 1]) - 1
-        assert got_next[last] == 7 and 7 not in got_next[:last].tolist() + got_next[last + 1 :].tolist()
 
 
 @pytest.fixture(scope="module")
