@@ -5,6 +5,7 @@ same stand-in batch. On the real engine with prompts cut into chunks, ON and OFF
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -75,6 +76,15 @@ def test_install_puts_it_where_upstreams_eagle_prefill_calls_it() -> None:
         eagle_worker_v2._eagle_prefill_tail_tokens = saved
 
 
+def _flush(engine, timeout_s: float = 30.0) -> None:
+    """Empty the prefix cache once the scheduler is idle: SGLang refuses a flush while it still holds a
+    request, which it can for a moment after the client's last one returned (seen in CI)."""
+    deadline = time.monotonic() + timeout_s
+    while not engine.flush_cache().success:
+        assert time.monotonic() < deadline, f"the engine did not go idle for a cache flush in {timeout_s} s"
+        time.sleep(0.2)
+
+
 CHUNK = 16  # tokens per prefill step: the longer prompts of mixed_prompts are cut into 2-7 chunks
 ON_AT = 24  # decode steps OFF before re-enabling: chunks and decode steps interleave, all chunks run OFF
 
@@ -95,16 +105,16 @@ def test_chunked_prompts_prefilled_on_and_off_keep_the_output_and_the_acceptance
     ]
     engine = engines.spec_chunked(1, 3, 4, chunk=CHUNK)
     engine.set_speculation(True)
-    assert engine.flush_cache().success  # each run prefills its prompts whole: no prefix cached from the last
+    _flush(engine)  # each run prefills its prompts whole: no prefix cached from the last
     on = run_staggered(engine, prompts, [NEW_TOKENS] * len(prompts), [0.0] * len(prompts))
     assert first_mismatch(on, reference) is None, first_mismatch(on, reference)
     from patched_worker.state import OffPrefill
 
-    assert engine.flush_cache().success
+    _flush(engine)
     got_fwd, _, accept_fwd = _prefill_off_then_reenable(
         engine, prompts, OffPrefill.DRAFT_FORWARD, on_at=ON_AT
     )
-    assert engine.flush_cache().success
+    _flush(engine)
     got_kv, off_prefills, accept_kv = _prefill_off_then_reenable(
         engine, prompts, OffPrefill.KV_WRITE, on_at=ON_AT
     )
