@@ -86,3 +86,21 @@ def engines(model_pair):
     e = Engines(model_pair)
     yield e
     e.close()
+
+
+@pytest.fixture(scope="session")
+def prompts(model_pair):
+    """The engine tests' held-out prompts of mixed lengths (helpers.LENGTHS)."""
+    from tests.patched_worker.helpers import mixed_prompts
+
+    return mixed_prompts(model_pair)
+
+
+@pytest.fixture(scope="session")
+def reference(engines, prompts):
+    """The plain engine's greedy outputs for `prompts` (helpers.NEW_TOKENS each): the reference every
+    speculative run of those prompts must equal token for token. Computed once per session."""
+    from tests.patched_worker.helpers import NEW_TOKENS, greedy
+
+    outs = engines.plain().generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
+    return [o["output_ids"] for o in outs]

@@ -6,11 +6,13 @@ import asyncio
 import random
 
 __all__ = [
+    "accept_after_reenable",
     "LENGTHS",
     "NEW_TOKENS",
     "first_mismatch",
     "greedy",
     "mixed_prompts",
+    "prefill_off_then_reenable",
     "random_schedule",
     "reset_on",
     "run_staggered",
@@ -88,3 +90,29 @@ def reset_on(engine, strategy=None) -> None:
     engine.set_strategy(strategy or Strategy.WARM_KV)
     engine.set_speculation(True)
     engine.generate(input_ids=[[1, 2, 3]], sampling_params=greedy(2))  # applies the pending mode
+
+
+def prefill_off_then_reenable(engine, prompts, mode, strategy=None, on_at=6, window=6):
+    """Prefill every prompt while OFF, decode `on_at` steps OFF, re-enable: (outputs, OFF prefills run,
+    mean accept length of the first `window` verify steps after the resync). `mode` is an OffPrefill;
+    `strategy` the OFF strategy (warm_kv by default)."""
+    from patched_worker.state import OffPrefill, Strategy
+
+    engine.schedule_flips([])
+    engine.set_strategy(strategy or Strategy.WARM_KV)
+    engine.set_off_prefill(mode)
+    engine.set_speculation(False)  # a pending OFF takes effect at the next step, here the prompts' prefill
+    before = engine.get_speculation_state()
+    engine.schedule_flips([on_at])
+    got = run_staggered(engine, prompts, [NEW_TOKENS] * len(prompts), [0.0] * len(prompts))
+    after = engine.get_speculation_state()
+    engine.set_off_prefill(OffPrefill.KV_WRITE)
+    return got, after.off_prefills - before.off_prefills, accept_after_reenable(after.trace, window)
+
+
+def accept_after_reenable(trace, window: int) -> float:
+    """Mean accept length of the first `window` verify steps after the trace's last OFF (or resync) step."""
+    last_off = max(i for i, t in enumerate(trace) if t[1] in ("off", "resync"))
+    ons = [t[3] for t in trace[last_off + 1 :] if t[1] == "on"][:window]
+    assert len(ons) == window, "the run should have re-enabled speculation and verified drafts"
+    return sum(ons) / len(ons)

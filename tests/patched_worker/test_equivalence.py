@@ -11,23 +11,12 @@ import os
 
 import pytest
 
-from tests.patched_worker.helpers import NEW_TOKENS, first_mismatch, greedy, mixed_prompts, reset_on
+from tests.patched_worker.helpers import NEW_TOKENS, first_mismatch, greedy, reset_on
 
 pytestmark = pytest.mark.engine
 
 
-@pytest.fixture(scope="module")
-def prompts(model_pair):
-    return mixed_prompts(model_pair)
-
-
-@pytest.fixture(scope="module")
-def plain_ids(engines, prompts):
-    outs = engines.plain().generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
-    return [o["output_ids"] for o in outs]
-
-
-def test_plain_engine_matches_hf_transformers_greedy(model_pair, prompts, plain_ids):
+def test_plain_engine_matches_hf_transformers_greedy(model_pair, prompts, reference):
     import torch
     from transformers import LlamaForCausalLM
 
@@ -43,23 +32,23 @@ def test_plain_engine_matches_hf_transformers_greedy(model_pair, prompts, plain_
                 pad_token_id=model.config.pad_token_id,
             )
             hf.append(out[0, len(ids) :].tolist())
-    assert all(len(x) == NEW_TOKENS for x in plain_ids)
-    assert first_mismatch(plain_ids, hf) is None, first_mismatch(plain_ids, hf)
+    assert all(len(x) == NEW_TOKENS for x in reference)
+    assert first_mismatch(reference, hf) is None, first_mismatch(reference, hf)
 
 
 @pytest.mark.parametrize(("topk", "steps", "draft_tokens"), [(1, 3, 4), (4, 3, 8)])
-def test_eagle3_greedy_equals_plain_batched(engines, prompts, plain_ids, topk, steps, draft_tokens):
+def test_eagle3_greedy_equals_plain_batched(engines, prompts, reference, topk, steps, draft_tokens):
     engine = engines.spec(topk, steps, draft_tokens)
     reset_on(engine)  # the shared engine as configured, whatever the tests before this one left
     outs = engine.generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
     ids = [o["output_ids"] for o in outs]
-    assert first_mismatch(ids, plain_ids) is None, first_mismatch(ids, plain_ids)
+    assert first_mismatch(ids, reference) is None, first_mismatch(ids, reference)
     accepted = sum(o["meta_info"]["completion_tokens"] - 1 for o in outs)
     verifies = sum(o["meta_info"]["spec_verify_ct"] for o in outs)
     assert accepted / verifies > 1.8, f"the trained draft should be accepted: {accepted / verifies:.2f}"
 
 
-def test_broken_verify_is_caught(engines, model_pair, prompts, plain_ids):
+def test_broken_verify_is_caught(engines, model_pair, prompts, reference):
     """FAILURE INJECTION: a verify that accepts every draft must make the comparison fail."""
     from patched_worker.cpu.ops import FAULT_ENV
     from patched_worker.engine import SpecFlipEngine, cpu_engine_kwargs
@@ -76,8 +65,8 @@ def test_broken_verify_is_caught(engines, model_pair, prompts, plain_ids):
         engine.shutdown()
     # its shutdown stopped only its own processes: the engines shared by the session still answer
     again = shared.generate(input_ids=prompts[:2], sampling_params=greedy(NEW_TOKENS))
-    assert [o["output_ids"] for o in again] == plain_ids[:2]
+    assert [o["output_ids"] for o in again] == reference[:2]
     ids = [o["output_ids"] for o in outs]
-    differing = sum(a != b for a, b in zip(ids, plain_ids, strict=True))
-    assert first_mismatch(ids, plain_ids) is not None
+    differing = sum(a != b for a, b in zip(ids, reference, strict=True))
+    assert first_mismatch(ids, reference) is not None
     assert differing >= len(prompts) // 2, f"only {differing} outputs changed"

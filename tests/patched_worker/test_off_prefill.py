@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from patched_worker.state import OffPrefill, Strategy
-from tests.patched_worker.helpers import NEW_TOKENS, first_mismatch, greedy, mixed_prompts, run_staggered
+from tests.patched_worker.helpers import first_mismatch, prefill_off_then_reenable
 
 CONFIG = (1, 3, 4)  # topk, steps, draft tokens
 
@@ -45,45 +45,12 @@ def test_the_rows_are_upstreams_per_request_loop_vectorized(prefix_lens, extend_
     assert torch.equal(got_pos, want_pos) and torch.equal(got_next, want_next)
 
 
-@pytest.fixture(scope="module")
-def prompts(model_pair):
-    return mixed_prompts(model_pair)
-
-
-@pytest.fixture(scope="module")
-def reference(engines, prompts):
-    return [
-        o["output_ids"]
-        for o in engines.plain().generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
-    ]
-
-
-def _prefill_off_then_reenable(
-    engine, prompts, mode: OffPrefill, strategy=Strategy.WARM_KV, on_at=6, window=6
-):
-    """Prefill every prompt while OFF, decode `on_at` steps OFF, re-enable: (outputs, OFF prefills run,
-    mean accept length of the first `window` verify steps after the resync)."""
-    engine.schedule_flips([])
-    engine.set_strategy(strategy)
-    engine.set_off_prefill(mode)
-    engine.set_speculation(False)  # a pending OFF takes effect at the next step, here the prompts' prefill
-    before = engine.get_speculation_state()
-    engine.schedule_flips([on_at])
-    got = run_staggered(engine, prompts, [NEW_TOKENS] * len(prompts), [0.0] * len(prompts))
-    after = engine.get_speculation_state()
-    last_off = max(i for i, t in enumerate(after.trace) if t[1] in ("off", "resync"))
-    ons = [t[3] for t in after.trace[last_off + 1 :] if t[1] == "on"][:window]
-    assert len(ons) == window, "the run should have re-enabled speculation and verified drafts"
-    engine.set_off_prefill(OffPrefill.KV_WRITE)
-    return got, after.off_prefills - before.off_prefills, sum(ons) / len(ons)
-
-
 @pytest.mark.engine
 def test_prompts_prefilled_off_accept_after_reenable_as_with_the_draft_forward(engines, prompts, reference):
     engine = engines.spec(*CONFIG)
-    got_fwd, lean_fwd, accept_fwd = _prefill_off_then_reenable(engine, prompts, OffPrefill.DRAFT_FORWARD)
-    got_kv, lean_kv, accept_kv = _prefill_off_then_reenable(engine, prompts, OffPrefill.KV_WRITE)
-    got_cold, lean_cold, accept_cold = _prefill_off_then_reenable(
+    got_fwd, lean_fwd, accept_fwd = prefill_off_then_reenable(engine, prompts, OffPrefill.DRAFT_FORWARD)
+    got_kv, lean_kv, accept_kv = prefill_off_then_reenable(engine, prompts, OffPrefill.KV_WRITE)
+    got_cold, lean_cold, accept_cold = prefill_off_then_reenable(
         engine, prompts, OffPrefill.KV_WRITE, Strategy.COLD
     )
     for label, got in (("draft_forward", got_fwd), ("kv_write", got_kv), ("cold", got_cold)):
@@ -99,6 +66,6 @@ def test_prompts_prefilled_off_accept_after_reenable_as_with_the_draft_forward(e
 @pytest.mark.engine
 def test_full_extend_keeps_the_draft_forward_at_prefill(engines, prompts, reference):
     engine = engines.spec(*CONFIG)
-    got, lean, _ = _prefill_off_then_reenable(engine, prompts, OffPrefill.KV_WRITE, Strategy.FULL_EXTEND)
+    got, lean, _ = prefill_off_then_reenable(engine, prompts, OffPrefill.KV_WRITE, Strategy.FULL_EXTEND)
     assert first_mismatch(got, reference) is None
     assert lean == 0

@@ -90,32 +90,30 @@ ON_AT = 24  # decode steps OFF before re-enabling: chunks and decode steps inter
 
 
 @pytest.mark.engine
-def test_chunked_prompts_prefilled_on_and_off_keep_the_output_and_the_acceptance(engines, model_pair) -> None:
+def test_chunked_prompts_prefilled_on_and_off_keep_the_output_and_the_acceptance(
+    engines, prompts, reference
+) -> None:
     """Prompts cut into chunks, prefilled ON (upstream's draft prefill, its tail name patched) and OFF
     (the K/V written directly, re-enabled after 24 decode steps): the plain engine's outputs token for token,
     more prefill steps than prompts (the chunks ran), and the acceptance of the draft prefill's."""
-    from tests.patched_worker.helpers import NEW_TOKENS, first_mismatch, greedy, mixed_prompts, run_staggered
-    from tests.patched_worker.test_off_prefill import _prefill_off_then_reenable
+    from patched_worker.state import OffPrefill
+    from tests.patched_worker.helpers import (
+        NEW_TOKENS,
+        first_mismatch,
+        prefill_off_then_reenable,
+        run_staggered,
+    )
 
-    prompts = mixed_prompts(model_pair)
     assert sum(-(-len(p) // CHUNK) for p in prompts) > len(prompts)  # some prompts need several chunks
-    reference = [
-        o["output_ids"]
-        for o in engines.plain().generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
-    ]
     engine = engines.spec_chunked(1, 3, 4, chunk=CHUNK)
     engine.set_speculation(True)
     _flush(engine)  # each run prefills its prompts whole: no prefix cached from the last
     on = run_staggered(engine, prompts, [NEW_TOKENS] * len(prompts), [0.0] * len(prompts))
     assert first_mismatch(on, reference) is None, first_mismatch(on, reference)
-    from patched_worker.state import OffPrefill
-
     _flush(engine)
-    got_fwd, _, accept_fwd = _prefill_off_then_reenable(
-        engine, prompts, OffPrefill.DRAFT_FORWARD, on_at=ON_AT
-    )
+    got_fwd, _, accept_fwd = prefill_off_then_reenable(engine, prompts, OffPrefill.DRAFT_FORWARD, on_at=ON_AT)
     _flush(engine)
-    got_kv, off_prefills, accept_kv = _prefill_off_then_reenable(
+    got_kv, off_prefills, accept_kv = prefill_off_then_reenable(
         engine, prompts, OffPrefill.KV_WRITE, on_at=ON_AT
     )
     for label, got in (("draft_forward", got_fwd), ("kv_write", got_kv)):

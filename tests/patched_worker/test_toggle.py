@@ -21,6 +21,7 @@ from patched_worker.state import Strategy
 from tests.patched_worker.helpers import (
     LENGTHS,
     NEW_TOKENS,
+    accept_after_reenable,
     first_mismatch,
     greedy,
     mixed_prompts,
@@ -32,17 +33,6 @@ from tests.patched_worker.helpers import (
 pytestmark = pytest.mark.engine
 
 CONFIGS = {1: (1, 3, 4), 4: (4, 3, 8)}  # topk -> (topk, steps, draft tokens)
-
-
-@pytest.fixture(scope="module")
-def prompts(model_pair):
-    return mixed_prompts(model_pair)
-
-
-@pytest.fixture(scope="module")
-def reference(engines, prompts):
-    outs = engines.plain().generate(input_ids=prompts, sampling_params=greedy(NEW_TOKENS))
-    return [o["output_ids"] for o in outs]
 
 
 def _toggle_runs(engine, prompts, reference, label: str, seeds: int = 6) -> None:
@@ -120,10 +110,7 @@ def _accept_after_reenable(engine, prompts, strategy: Strategy, off_steps: int =
     reset_on(engine, strategy)
     engine.schedule_flips([3, 3 + off_steps])
     got = run_staggered(engine, prompts, [NEW_TOKENS] * len(prompts), [0.0] * len(prompts))
-    trace = engine.get_speculation_state().trace
-    last_off = max(i for i, t in enumerate(trace) if t[1] in ("off", "resync"))
-    ons = [t[3] for t in trace[last_off + 1 :] if t[1] == "on"][:window]
-    return got, sum(ons) / len(ons)
+    return got, accept_after_reenable(engine.get_speculation_state().trace, window)
 
 
 def test_cold_stays_correct_but_loses_acceptance(engines, prompts, reference):
