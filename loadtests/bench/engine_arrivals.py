@@ -301,7 +301,8 @@ def _report(results: dict[str, Any]) -> str:
         "identical = requests whose "
         "output equals the plain engine's, token for token; step = the engine's mean steady decode step "
         "(steps right after a prefill left out) and its mean batch; TTFT p50 of the requests sent in the "
-        "steady window, and in brackets the p50 of each of its parts (ms): to the forward batch, SGLang's "
+        "steady window, and in brackets the p50 of each of its parts (ms; separate p50s, so they need not add "
+        "up to the TTFT p50): to the forward batch, SGLang's "
         "prefill_forward stage (forward entry until the scheduler processed the prefill's result), out "
         "(from there to the first streamed chunk here).",
         "",
