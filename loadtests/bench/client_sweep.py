@@ -65,6 +65,7 @@ from deployments.config import CPU_ENV
 from loadtests.bench.app_session import APP_VARIANTS, AppSession, add_app_args, log
 from loadtests.bench.mode_plots import plot_modes
 from loadtests.bench.sglang_bench import SglangClient, chunk_gaps, gap_ms, ms
+from loadtests.bench.sweep_plan import levels_of, pairs, plan
 from loadtests.bench.sweep_profile import DELAY_S, SECONDS, RunCpu, RunProfile, serving_pids
 from loadtests.bench.sweep_run import CSV_FIRST, SweepRun
 from loadtests.sweep.control import (
@@ -78,7 +79,7 @@ from loadtests.sweep.control import (
     slow_step_count,
 )
 
-__all__ = ["APP_VARIANTS", "CSV_FIRST", "SweepRun", "main", "rotated"]
+__all__ = ["APP_VARIANTS", "CSV_FIRST", "SweepRun", "main"]
 
 # variant -> raw_sglang's arguments: SGLang's server with the config's draft, without it, and with its
 # own engine-internal adaptive steps (`--speculative-adaptive`, SGLang's default candidates; topk 1 only)
@@ -87,40 +88,6 @@ RAW_VARIANTS = {
     "raw_plain": ["--speculation", "off"],
     "sglang_adaptive": ["--speculation", "on", "--", "--speculative-adaptive"],
 }
-
-
-def rotated(variants: list[str], k: int) -> list[str]:
-    """The variants in the order of repeat k: the list turned left by k places."""
-    j = k % len(variants) if variants else 0
-    return variants[j:] + variants[:j]
-
-
-def levels_of(items: list[str], variants: list[str], concurrency: list[int]) -> dict[str, list[int]]:
-    """`--levels-of VARIANT=C,...` items as {variant: levels}; ValueError if not swept or not a level."""
-    out: dict[str, list[int]] = {}
-    for item in items:
-        variant, _, cs = item.partition("=")
-        try:
-            levels = {int(c) for c in cs.split(",")}
-        except ValueError:
-            levels = set()  # none, or not numbers
-        if variant not in variants or not levels or not levels <= set(concurrency):
-            raise ValueError(f"--levels-of {item}: expected one of --variants = levels of --concurrency")
-        out[variant] = sorted(levels)  # a list: results.json holds the settings
-    return out
-
-
-def plan(
-    variants: list[str], concurrency: list[int], repeat: int, only: dict[str, list[int]]
-) -> list[tuple[int, int, str]]:
-    """(level, repeat, variant) in run order: level by level, repeat by repeat, the variants that run
-    at that level (all of --concurrency's unless `only` names theirs) in repeat k's `rotated` order."""
-    return [
-        (c, k, v)
-        for c in concurrency
-        for k in range(repeat)
-        for v in rotated([v for v in variants if c in only.get(v, [c])], k)
-    ]
 
 
 class Sweep:
@@ -340,10 +307,6 @@ def _round(v: float | None, digits: int = 1) -> float | None:
     return None if v is None else round(v, digits)
 
 
-def _pairs(text: str) -> dict[int, int]:
-    return {int(c): int(n) for c, _, n in (x.partition("=") for x in text.split(",") if x.strip())}
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m loadtests.bench.client_sweep",
@@ -409,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = set(variants) - set(APP_VARIANTS) - set(RAW_VARIANTS)
     try:
-        args.prompts = _pairs(args.prompts)
+        args.prompts = pairs(args.prompts)
     except ValueError:
         unknown.add(f"--prompts {args.prompts}")
     try:

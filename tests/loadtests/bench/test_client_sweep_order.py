@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.bench.client_sweep import levels_of, plan, rotated
+from loadtests.bench.sweep_plan import levels_of, plan, rotated
 
 
 def test_each_variant_leads_one_repeat_and_every_repeat_runs_them_all() -> None:
