@@ -11,7 +11,8 @@ pack() {
   [ -d "$R/rawvsapp" ] && one rawvsapp.tgz --exclude='*.jsonl' --exclude='locust_*' rawvsapp rawvsapp.log progress.log
   for d in fit sweep before before2 transition_closed transition_open gpu_tests; do
     [ -d "$R/$d" ] && one "$d.tgz" --exclude='*.jsonl' "$d" "$d.log" progress.log $([ "$d" = fit ] && echo fitted.yaml) \
-      $([ "$d" = sweep ] && [ -f "$R/top.log" ] && echo top.log)
+      $([ "$d" = sweep ] && [ -f "$R/top.log" ] && echo top.log) \
+      $([ "$d" = transition_closed ] && [ -f "$R/closed_plan.json" ] && echo closed_plan.json closed_plan.log)
   done
   # the profiles' traces apart: a pack over $OUT's 16 MiB per file would not come back, results and all
   [ -d "$R/arrivals" ] && one arrivals.tgz --exclude='arrivals/profiles' arrivals arrivals.log

@@ -229,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    phases_text = args.phases
     try:
         args.phases = parse_phases(args.phases, args.workload)
         if set(variants) - {"dynamic", "on", "off"} or not variants:
@@ -239,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     from deployments.config import load_config
 
     config = load_config(str(args.config))
+    log(
+        f"{args.workload}-loop transition, phases {phases_text}: {sum(ph.prompts for ph in args.phases)} "
+        f"prompts per variant, variants {','.join(variants)}"
+    )
     args.model_id = config.model.id
     args.tokenizer = args.tokenizer or config.model.tokenizer_path or config.model.path
     args.status_rows = []

@@ -160,3 +160,48 @@ def test_serving_chain_end_to_end_on_cpu(tmp_path: Path, model_pair) -> None:  #
     again = _run_chain(tmp_path, config, timeout=120)
     assert again.returncode == 0 and "rawvsapp: done already" in again.stdout
     assert "arrivals: done already" in again.stdout
+
+
+def test_the_closed_transition_gets_the_phases_planned_from_the_chains_sweep(tmp_path: Path) -> None:
+    """CHAIN_CLOSED_PLAN: the plan step reads the chain's own sweep (here one left by an earlier chain, its
+    step done) and the closed transition runs with the planned phases after CHAIN_CLOSED's own. The app it
+    points at is not there, so the transition stops after printing its phases: the wiring, not a run."""
+    results = tmp_path / "results"
+    (results / "sweep").mkdir(parents=True)
+    rows = [("on", 2, 507.0), ("off", 2, 364.0), ("on", 256, 3134.0), ("off", 256, 5804.0)]
+    (results / "sweep" / "sweep.csv").write_text(
+        "shape,variant,concurrency,repeat,output_tok_s\n"
+        + "".join(f"tree,{v},{c},0,{r}\n" for v, c, r in rows)
+    )
+    (results / "sweep.done").touch()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(
+        CHAIN_RESULTS=str(results),
+        CHAIN_CONFIG=str(ROOT / "deployments" / "examples" / "h200-dummy8b-tree.yaml"),
+        CHAIN_RAWVSAPP="skip",
+        CHAIN_SWEEP="--shape tree",  # done already: skipped
+        CHAIN_CLOSED_PLAN="--low 2 --high 256",
+        CHAIN_CLOSED="--phases low:1x1 --target http://127.0.0.1:9 --variants off --slo-ttft-ms 1000 --slo-tpot-ms 20",
+        CHAIN_ENV_SH=str(tmp_path / "no-bundle-here"),
+        CHAIN_JIT=str(tmp_path / "no-jit-here"),
+        CHAIN_TOKENIZER=str(tmp_path / "no-tokenizer-here"),
+        PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
+    )
+    model_dir = tmp_path / "model"  # the 8B config's model folder exists: no shapes step
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    cfg = yaml.safe_load((ROOT / "deployments" / "examples" / "h200-dummy8b-tree.yaml").read_text())
+    cfg["model"]["path"] = str(model_dir)
+    cfg["model"]["draft_path"] = str(model_dir)
+    (tmp_path / "tree.yaml").write_text(yaml.safe_dump(cfg))
+    env["CHAIN_CONFIG"] = str(tmp_path / "tree.yaml")
+    done = subprocess.run(
+        ["bash", str(CHAIN), str(ROOT)], env=env, capture_output=True, text=True, timeout=300
+    )
+    plan = json.loads((results / "closed_plan.json").read_text())
+    assert plan["phases"].startswith("low:2x") and plan["balanced"] is True
+    progress = (results / "progress.log").read_text()
+    assert f"closed transition: phases {plan['phases']}, planned from" in progress, progress
+    transition = (results / "transition_closed.log").read_text()
+    assert f"closed-loop transition, phases {plan['phases']}:" in transition, transition[-2000:]
+    assert done.returncode == 1 and "transition_closed: rc=" in progress  # no app at the target

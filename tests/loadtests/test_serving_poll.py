@@ -67,6 +67,22 @@ def test_poll_without_a_wait_prints_progress_and_packs(tmp_path: Path) -> None:
         assert "fitted.yaml" in tar.getnames()
 
 
+def test_the_closed_transition_comes_back_with_its_plan(tmp_path: Path) -> None:
+    files = {
+        "transition_closed/transition.csv": "workload\nclosed\n",
+        "transition_closed.log": "",
+        "closed_plan.json": '{"phases": "low:2x4"}',
+        "closed_plan.log": "--phases low:2x4\n",
+        "progress.log": "",
+    }
+    out, env = _chain_results(tmp_path, files)
+    done = subprocess.run(["bash", str(POLL), "0"], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0
+    with tarfile.open(out / "transition_closed.tgz") as tar:
+        names = set(tar.getnames())
+    assert {"transition_closed/transition.csv", "closed_plan.json", "closed_plan.log"} <= names
+
+
 def test_poll_stops_waiting_once_no_chain_runs(tmp_path: Path) -> None:
     """A chain that ended (its lock free) ends the wait at the next pack: a device command asked to
     wait 60 s does not hold the machine for the rest of it."""
