@@ -41,10 +41,12 @@
 #                   chain's (client_sweep takes the last), and `.` is this tree: e.g. this code with another setting
 #   CHAIN_CLOSED / CHAIN_OPEN  arguments of loadtests.bench.client_transition --workload closed / open
 #                   (phases and SLOs); when set, those steps run after the sweep
-#   CHAIN_CLOSED_PLAN arguments of loadtests.bench.transition_plan (e.g. "--low 2 --high 256"): when set, the
-#                   closed transition's phases are planned from this chain's sweep ($CHAIN_RESULTS/sweep/sweep.csv,
-#                   its on and off rows at both levels) into $CHAIN_RESULTS/closed_plan.json, and passed to
-#                   CHAIN_CLOSED's command after its own arguments (the planned --phases win)
+#   CHAIN_CLOSED_PLAN / CHAIN_OPEN_PLAN  arguments of loadtests.bench.transition_plan (e.g. "--low 2 --high
+#                   256"): when set, that transition's phases are planned from this chain's sweep
+#                   ($CHAIN_RESULTS/sweep/sweep.csv, its on and off rows at both levels; with none, from the
+#                   `--sweep` files the arguments name, e.g. an earlier block's on the same kind of host) into
+#                   $CHAIN_RESULTS/closed_plan.json (open_plan.json), and passed to CHAIN_CLOSED's (CHAIN_OPEN's)
+#                   command after its own arguments (the planned --phases win)
 #   CHAIN_GPU_TESTS pytest arguments of the GPU correctness tests (e.g.
 #                   "tests/patched_worker/test_gpu_production.py"; carry models/tiny), run with -m gpu
 #                   after the engines-alone step and before the fit, sweep and transitions; their reports
@@ -208,13 +210,14 @@ done
 for workload in closed open; do
   args_var=CHAIN_${workload^^}
   if [ -n "${!args_var:-}" ]; then
-    planned=()
-    if [ "$workload" = closed ] && [ -n "${CHAIN_CLOSED_PLAN:-}" ]; then
+    planned=() plan_var=CHAIN_${workload^^}_PLAN own=()
+    if [ -n "${!plan_var:-}" ]; then
+      [ -f "$R/sweep/sweep.csv" ] && own=(--sweep "$R/sweep/sweep.csv")
       # shellcheck disable=SC2086  # a list of words
-      step closed_plan python3 -m loadtests.bench.transition_plan --sweep "$R/sweep/sweep.csv" --config "$CONFIG" \
-        --json "$R/closed_plan.json" $CHAIN_CLOSED_PLAN || exit 1
-      planned=(--phases "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["phases"])' "$R/closed_plan.json")") || exit 1
-      log "closed transition: phases ${planned[1]}, planned from $R/sweep/sweep.csv (closed_plan.log)"
+      step "${workload}_plan" python3 -m loadtests.bench.transition_plan --workload "$workload" --config "$CONFIG" \
+        --json "$R/${workload}_plan.json" ${own[@]+"${own[@]}"} ${!plan_var} || exit 1
+      planned=(--phases "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["phases"])' "$R/${workload}_plan.json")") || exit 1
+      log "$workload transition: phases ${planned[1]}, planned from the sweeps in ${workload}_plan.json"
     fi
     # shellcheck disable=SC2086  # a list of words
     step "transition_$workload" python3 -m loadtests.bench.client_transition --config "$CONFIG" --workload "$workload" \

@@ -12,7 +12,7 @@ pack() {
   for d in fit sweep before before2 transition_closed transition_open gpu_tests; do
     [ -d "$R/$d" ] && one "$d.tgz" --exclude='*.jsonl' "$d" "$d.log" progress.log $([ "$d" = fit ] && echo fitted.yaml) \
       $([ "$d" = sweep ] && [ -f "$R/top.log" ] && echo top.log) \
-      $([ "$d" = transition_closed ] && [ -f "$R/closed_plan.json" ] && echo closed_plan.json closed_plan.log)
+      $(w=${d#transition_} && [ "$w" != "$d" ] && [ -f "$R/${w}_plan.json" ] && echo "${w}_plan.json ${w}_plan.log")
   done
   # the profiles' traces apart: a pack over $OUT's 16 MiB per file would not come back, results and all
   [ -d "$R/arrivals" ] && one arrivals.tgz --exclude='arrivals/profiles' arrivals arrivals.log

@@ -20,6 +20,10 @@ whole time (where dynamic's gain over the better static mode is largest); both g
 would be shorter than `--min-phase-s`. Prompts are whole waves (multiples of the level). Prints the
 `--phases` argument of `loadtests.bench.client_transition`, the prediction per phase and variant, and
 the ratio the run should show; `--json` writes the same.
+
+`--workload open` plans the open loop instead (Poisson arrivals, each phase `--min-phase-s` long): the
+low phases at the rate the low level's closed loop ran at ON, the high ones halfway between ON's and
+OFF's capacity at the high level, so static OFF keeps up and static ON falls behind (how far is printed).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from pathlib import Path
 
 from policy.types import PolicySettings
 
-__all__ = ["Rates", "balanced", "lags", "main", "predict", "rates_from_sweeps", "summary"]
+__all__ = ["Rates", "balanced", "lags", "main", "open_rates", "predict", "rates_from_sweeps", "summary"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--sweep", type=Path, action="append", required=True, help="client_sweep's sweep.csv (repeatable)"
     )
     p.add_argument("--config", type=Path, required=True, help="specflip config: the policy's waits")
+    p.add_argument("--workload", choices=["closed", "open"], default="closed", help="as client_transition's")
     p.add_argument("--low", type=int, default=2, help="concurrency of the low phases (2)")
     p.add_argument("--high", type=int, default=256, help="concurrency of the high phases (256)")
     p.add_argument("--pattern", default="low,high,low,high,low", help="the phases in order")
@@ -143,31 +148,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    from deployments.config import load_config
+def open_rates(rates: Rates, output_len: int) -> tuple[float, float]:
+    """(requests/s of the low phases, of the high ones) for the open loop: low, the rate the low level's
+    closed loop ran at ON; high, halfway between ON's and OFF's capacity at the high level, so OFF keeps
+    up and ON falls behind."""
+    if rates.on_high >= rates.off_high:
+        raise ValueError(f"OFF must outrun ON at the high level for the open loop's high rate: {rates}")
+    return round(rates.on_low / output_len, 2), round((rates.on_high + rates.off_high) / 2 / output_len, 2)
 
-    args = build_parser().parse_args(argv)
-    pattern = [x.strip() for x in args.pattern.split(",") if x.strip()]
-    try:
-        if set(pattern) - {"low", "high"}:
-            raise ValueError(f"--pattern {args.pattern}: phases are low or high")
-        if (args.low_prompts is None) != (args.high_prompts is None):
-            raise ValueError("--low-prompts and --high-prompts go together")
-        rates = rates_from_sweeps(args.sweep, args.low, args.high)
-        given = args.low_prompts is not None
-        low_n, high_n = (
-            (args.low_prompts, args.high_prompts)
-            if given
-            else balanced(pattern, rates, args.min_phase_s, args.output_len, args.low, args.high)
-        )
-    except ValueError as e:
-        print(f"transition_plan: {e}", file=sys.stderr)
-        return 2
-    policy = load_config(str(args.config)).policy
-    tokens = {"low": float(low_n * args.output_len), "high": float(high_n * args.output_len)}
-    phases = ",".join(
-        f"{ph}:{args.low if ph == 'low' else args.high}x{low_n if ph == 'low' else high_n}" for ph in pattern
+
+def _closed(args: argparse.Namespace, pattern: list[str], rates: Rates, policy: PolicySettings) -> dict:
+    given = args.low_prompts is not None
+    low_n, high_n = (
+        (args.low_prompts, args.high_prompts)
+        if given
+        else balanced(pattern, rates, args.min_phase_s, args.output_len, args.low, args.high)
     )
+    tokens = {"low": float(low_n * args.output_len), "high": float(high_n * args.output_len)}
+    sizes = {"low": (args.low, low_n), "high": (args.high, high_n)}
+    phases = ",".join(f"{ph}:{sizes[ph][0]}x{sizes[ph][1]}" for ph in pattern)
     plans = {
         case: predict(pattern, tokens, rates, *lags(policy, worst=case == "worst"))
         for case in ("best", "worst")
@@ -179,9 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---:|---|---:|---:|---:|---|")
     for b, w in zip(plans["best"], plans["worst"], strict=True):
-        n = low_n if b["load"] == "low" else high_n
         print(
-            f"| {b['phase']} | {b['load']} | {n} | {b['on_s']:.1f} | {b['off_s']:.1f} | {b['dynamic_s']:.1f} .. {w['dynamic_s']:.1f} |"
+            f"| {b['phase']} | {b['load']} | {sizes[str(b['load'])][1]} | {b['on_s']:.1f} | {b['off_s']:.1f} "
+            f"| {b['dynamic_s']:.1f} .. {w['dynamic_s']:.1f} |"
         )
     best, worst = summary(plans["best"]), summary(plans["worst"])
     print(
@@ -189,9 +188,69 @@ def main(argv: list[str] | None = None) -> int:
         f"{best['dynamic_s']:.0f}-{worst['dynamic_s']:.0f} s: dynamic over the better static mode "
         f"{worst['dynamic_over_better_static']:.2f}-{best['dynamic_over_better_static']:.2f}x at most"
     )
+    return {
+        "phases": phases,
+        "balanced": not given,
+        "prediction": plans,
+        "whole_run": {"best": best, "worst": worst},
+    }
+
+
+def _open(args: argparse.Namespace, pattern: list[str], rates: Rates) -> dict:
+    low_rps, high_rps = open_rates(rates, args.output_len)
+    rps = {"low": low_rps, "high": high_rps}
+    prompts = {load: math.ceil(r * args.min_phase_s) for load, r in rps.items()}
+    phases = ",".join(f"{ph}:{rps[ph]:g}r@{prompts[ph]}" for ph in pattern)
+    capacity = {"low": (rates.on_low, rates.off_low), "high": (rates.on_high, rates.off_high)}
+    print(f"--phases {phases}")
+    print(f"rates (tok/s): {asdict(rates)}")
+    print(
+        f"| load | requests/s | prompts | offered tok/s | ON tok/s, closed loop at c={args.low} / c={args.high} | OFF tok/s, same |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    rows = []
+    for load in ("low", "high"):
+        offered = rps[load] * args.output_len
+        on_cap, off_cap = capacity[load]
+        rows.append({"load": load, "rps": rps[load], "prompts": prompts[load], "offered_tok_s": offered})
+        print(
+            f"| {load} | {rps[load]:g} | {prompts[load]} | {offered:,.0f} | {on_cap:,.0f} | {off_cap:,.0f} |"
+        )
+    behind = (high_rps * args.output_len - rates.on_high) * args.min_phase_s / args.output_len
+    print(
+        f"low: about {args.low} requests in flight at ON (the rate its closed loop ran at); high: held ON, a "
+        f"phase ends ~{behind:.0f} requests behind, OFF keeps up"
+    )
+    return {"phases": phases, "open_loop": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from deployments.config import load_config
+
+    args = build_parser().parse_args(argv)
+    pattern = [x.strip() for x in args.pattern.split(",") if x.strip()]
+    try:
+        if set(pattern) - {"low", "high"}:
+            raise ValueError(f"--pattern {args.pattern}: phases are low or high")
+        if (args.low_prompts is None) != (args.high_prompts is None):
+            raise ValueError("--low-prompts and --high-prompts go together")
+        if args.workload == "open" and args.low_prompts is not None:
+            raise ValueError("--low-prompts/--high-prompts size a closed loop only")
+        rates = rates_from_sweeps(args.sweep, args.low, args.high)
+        if args.workload == "closed":
+            doc = _closed(args, pattern, rates, load_config(str(args.config)).policy)
+        else:
+            doc = _open(args, pattern, rates)
+    except ValueError as e:
+        print(f"transition_plan: {e}", file=sys.stderr)
+        return 2
     if args.json:
-        doc = {"phases": phases, "rates": asdict(rates), "balanced": not given, "prediction": plans,
-               "whole_run": {"best": best, "worst": worst}, "sweeps": [str(p) for p in args.sweep]}  # fmt: skip
+        doc = {
+            "workload": args.workload,
+            **doc,
+            "rates": asdict(rates),
+            "sweeps": [str(p) for p in args.sweep],
+        }
         args.json.write_text(json.dumps(doc, indent=2))
     return 0
 

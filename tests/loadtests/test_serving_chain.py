@@ -201,7 +201,8 @@ def test_the_closed_transition_gets_the_phases_planned_from_the_chains_sweep(tmp
     plan = json.loads((results / "closed_plan.json").read_text())
     assert plan["phases"].startswith("low:2x") and plan["balanced"] is True
     progress = (results / "progress.log").read_text()
-    assert f"closed transition: phases {plan['phases']}, planned from" in progress, progress
+    assert f"closed transition: phases {plan['phases']}, planned from the sweeps" in progress, progress
+    assert plan["sweeps"] == [str(results / "sweep" / "sweep.csv")]
     transition = (results / "transition_closed.log").read_text()
     assert f"closed-loop transition, phases {plan['phases']}:" in transition, transition[-2000:]
     assert done.returncode == 1 and "transition_closed: rc=" in progress  # no app at the target

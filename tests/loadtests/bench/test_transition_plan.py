@@ -106,3 +106,30 @@ def test_the_command_prints_phases_client_transition_reads(tmp_path: Path, capsy
     assert capsys.readouterr().out.startswith("--phases low:2x24,high:256x768,low:2x24\n")
     assert main(["--sweep", str(sweep), "--config", config, "--low-prompts", "24"]) == 2
     assert "go together" in capsys.readouterr().err
+
+
+def test_the_open_loop_offers_a_rate_off_keeps_up_with_and_on_does_not(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from loadtests.bench.transition_plan import open_rates
+
+    low_rps, high_rps = open_rates(RATES, 128)
+    assert low_rps == pytest.approx(507 / 128, abs=0.01)
+    assert RATES.on_high < high_rps * 128 < RATES.off_high
+    with pytest.raises(ValueError, match="OFF must outrun ON"):
+        open_rates(Rates(507.0, 364.0, 6000.0, 5000.0), 128)
+    rows = [("on", 2, 507.0), ("off", 2, 364.0), ("on", 256, 3134.0), ("off", 256, 5804.0)]
+    sweep = _sweep(tmp_path / "sweep.csv", rows)
+    args = [
+        "--sweep",
+        str(sweep),
+        "--config",
+        "deployments/examples/h200-dummy8b-tree.yaml",
+        "--workload",
+        "open",
+    ]
+    assert main([*args, "--json", str(tmp_path / "open.json")]) == 0
+    phases = parse_phases(capsys.readouterr().out.splitlines()[0].removeprefix("--phases "), "open")
+    assert [p.load for p in phases] == PATTERN
+    for p in phases:  # each phase lasts at least 20 s of arrivals
+        assert p.rate is not None and p.prompts / p.rate >= 20.0, p
+    assert json.loads((tmp_path / "open.json").read_text())["workload"] == "open"
+    assert main([*args, "--low-prompts", "2", "--high-prompts", "256"]) == 2
