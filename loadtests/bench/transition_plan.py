@@ -82,6 +82,7 @@ def predict(
 ) -> list[dict[str, float | str]]:
     """Per phase: seconds in static ON, static OFF and dynamic (see the module's doc)."""
     out: list[dict[str, float | str]] = []
+    mode = None  # the mode dynamic ended the last phase in: that phase's better one
     for i, load in enumerate(pattern):
         on_rate, off_rate = (
             (rates.on_low, rates.off_low) if load == "low" else (rates.on_high, rates.off_high)
@@ -89,7 +90,10 @@ def predict(
         work = tokens[load]
         on_s, off_s = work / on_rate, work / off_rate
         best, other = (on_rate, off_rate) if on_rate >= off_rate else (off_rate, on_rate)
-        lag = 0.0 if i == 0 or pattern[i - 1] == load else (lag_on_s if load == "low" else lag_off_s)
+        better = "on" if on_rate >= off_rate else "off"
+        # the first phase starts in its own mode; a later one in the last phase's until the policy acts
+        lag = 0.0 if mode in (None, better) else (lag_on_s if better == "on" else lag_off_s)
+        mode = better
         lag = min(lag, work / other)  # the phase may end inside the lag
         dynamic_s = lag + (work - other * lag) / best
         out.append(

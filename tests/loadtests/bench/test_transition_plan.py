@@ -54,6 +54,10 @@ def test_dynamic_pays_the_policys_waits_where_the_load_changes_and_not_in_the_fi
         )
     for i in (1, 3):  # 1 s ON at high load
         assert float(late[i]["dynamic_s"]) - float(ideal[i]["dynamic_s"]) == pytest.approx(1 - 3134 / 5804)
+    # where one mode wins at both levels, dynamic stays in it: no wait is charged
+    off_wins = Rates(on_low=300.0, off_low=400.0, on_high=3000.0, off_high=6000.0)
+    for r in predict(PATTERN, tokens, off_wins, 4.0, 1.0):
+        assert r["dynamic_s"] == r["off_s"], r
     tiny = predict(["high", "low"], {"high": 1e5, "low": 100.0}, RATES, 60.0, 1.0)
     assert tiny[1]["dynamic_s"] == pytest.approx(tiny[1]["off_s"])  # the phase ended inside the wait
 
