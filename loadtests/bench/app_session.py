@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 __all__ = [
     "APP_VARIANTS",
     "AppSession",
@@ -86,6 +88,7 @@ class AppSession:
         from loadtests.sweep.launcher import CommandLauncher, ExternalApp, Variant, VariantSpec
 
         self.token = os.environ.get("SPECFLIP_CONTROL_TOKEN") or "client-sweep"
+        self.target: str | None = args.target
         specs = {
             Variant(v): VariantSpec(Variant(v), str(args.config), APP_VARIANTS[v], f"app {v}")
             for v in variants
@@ -115,9 +118,12 @@ class AppSession:
         from deployments.client import SpecflipClient
         from loadtests.rawvsapp.profiles import serving_processes
         from loadtests.rawvsapp.referee import LogReferee, StatusReferee, replica_log_paths
-        from loadtests.sweep.launcher import Variant
+        from loadtests.sweep.launcher import LauncherError, Variant
 
-        url = self.launcher.start(Variant(variant))
+        try:
+            url = self.launcher.start(Variant(variant))
+        except httpx.HTTPError as e:  # an app given by --target that does not answer
+            raise LauncherError(f"no specflip app answers at {self.target or 'the app started'}: {e}") from e
         if url != self._url:  # the first start, or the app started again after it died
             self._close_clients()
             self._url, self._referee = url, StatusReferee(url)

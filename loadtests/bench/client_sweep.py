@@ -78,6 +78,7 @@ from loadtests.sweep.control import (
     refill_gaps,
     slow_step_count,
 )
+from loadtests.sweep.launcher import LauncherError
 
 __all__ = ["APP_VARIANTS", "CSV_FIRST", "SweepRun", "main"]
 
@@ -391,12 +392,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     app = [v for v in variants if v in APP_VARIANTS]
     # app variants that follow each other share one app start; each raw variant starts its own server
-    for is_app, group in itertools.groupby(variants, key=lambda v: v in APP_VARIANTS):
-        if is_app:
-            sweep.run_app(list(group))
-        else:
-            for v in group:
-                sweep.run_raw(v)
+    try:
+        for is_app, group in itertools.groupby(variants, key=lambda v: v in APP_VARIANTS):
+            if is_app:
+                sweep.run_app(list(group))
+            else:
+                for v in group:
+                    sweep.run_raw(v)
+    except LauncherError as e:  # the app did not start, or --target does not answer: the runs so far stay
+        print(f"client_sweep: {e}", file=sys.stderr)
+        return 1
     sweep.write()
     if (args.out / "status.csv").exists():
         try:

@@ -34,6 +34,7 @@ from typing import Any
 from loadtests.bench.app_session import add_app_args, app_variants, log
 from loadtests.bench.mode_plots import draw_modes
 from loadtests.bench.sglang_bench import SglangClient, ms
+from loadtests.sweep.launcher import LauncherError
 
 __all__ = ["TRANSITION_FIRST", "Phase", "PhaseRun", "goodput_count", "main", "parse_phases"]
 
@@ -250,9 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     client = SglangClient()
     runs: list[PhaseRun] = []
-    for served in app_variants(args, variants, args.out):
-        runs += run_variant(args, client, served, args.out)
-        write(args, runs)
+    try:
+        for served in app_variants(args, variants, args.out):
+            runs += run_variant(args, client, served, args.out)
+            write(args, runs)
+    except LauncherError as e:  # the app did not start, or --target does not answer
+        print(f"client_transition: {e}", file=sys.stderr)
+        return 1
     try:
         plot_modes(args.status_rows, runs, args.out / "modes.png")
     except ImportError:  # matplotlib comes with the bench extra

@@ -205,4 +205,7 @@ def test_the_closed_transition_gets_the_phases_planned_from_the_chains_sweep(tmp
     assert plan["sweeps"] == [str(results / "sweep" / "sweep.csv")]
     transition = (results / "transition_closed.log").read_text()
     assert f"closed-loop transition, phases {plan['phases']}:" in transition, transition[-2000:]
-    assert done.returncode == 1 and "transition_closed: rc=" in progress  # no app at the target
+    assert "client_transition: no specflip app answers at http://127.0.0.1:9" in transition, transition[
+        -2000:
+    ]
+    assert done.returncode == 1 and "transition_closed: rc=1" in progress  # no app at the target

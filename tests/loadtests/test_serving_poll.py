@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 POLL = ROOT / "docs" / "gpu" / "serving_poll.sh"
 
@@ -57,30 +59,32 @@ def test_poll_packs_results_before_its_wait_ends(tmp_path: Path) -> None:
         assert member is not None and member.read() == b"shape,variant\ntree,on\n"
 
 
+def _poll_once(tmp: Path, files: dict[str, str]) -> tuple[Path, str]:
+    """The chain's results made of `files`, polled once without a wait: ($OUT, what the poll printed)."""
+    out, env = _chain_results(tmp, files)
+    done = subprocess.run(["bash", str(POLL), "0"], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return out, done.stdout
+
+
+def _packed(tgz: Path) -> set[str]:
+    with tarfile.open(tgz) as tar:
+        return set(tar.getnames())
+
+
 def test_poll_without_a_wait_prints_progress_and_packs(tmp_path: Path) -> None:
     files = {"fit/results.json": "{}", "fitted.yaml": "x: 1\n", "progress.log": "[chain] fit: rc=0\n"}
-    out, env = _chain_results(tmp_path, files)
-    done = subprocess.run(["bash", str(POLL), "0"], env=env, capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0
-    assert "[chain] fit: rc=0" in done.stdout
-    with tarfile.open(out / "fit.tgz") as tar:
-        assert "fitted.yaml" in tar.getnames()
+    out, stdout = _poll_once(tmp_path, files)
+    assert "[chain] fit: rc=0" in stdout
+    assert "fitted.yaml" in _packed(out / "fit.tgz")
 
 
-def test_the_closed_transition_comes_back_with_its_plan(tmp_path: Path) -> None:
-    files = {
-        "transition_closed/transition.csv": "workload\nclosed\n",
-        "transition_closed.log": "",
-        "closed_plan.json": '{"phases": "low:2x4"}',
-        "closed_plan.log": "--phases low:2x4\n",
-        "progress.log": "",
-    }
-    out, env = _chain_results(tmp_path, files)
-    done = subprocess.run(["bash", str(POLL), "0"], env=env, capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0
-    with tarfile.open(out / "transition_closed.tgz") as tar:
-        names = set(tar.getnames())
-    assert {"transition_closed/transition.csv", "closed_plan.json", "closed_plan.log"} <= names
+@pytest.mark.parametrize("workload", ["closed", "open"])
+def test_a_transition_comes_back_with_its_plan(tmp_path: Path, workload: str) -> None:
+    """The plan the chain made for a transition (CHAIN_CLOSED_PLAN / CHAIN_OPEN_PLAN) in its pack."""
+    want = {f"transition_{workload}/transition.csv", f"{workload}_plan.json", f"{workload}_plan.log"}
+    out, _ = _poll_once(tmp_path, dict.fromkeys([*want, f"transition_{workload}.log", "progress.log"], "x\n"))
+    assert want <= _packed(out / f"transition_{workload}.tgz")
 
 
 def test_poll_stops_waiting_once_no_chain_runs(tmp_path: Path) -> None:
@@ -106,12 +110,8 @@ def test_the_engines_alone_come_back_without_their_traces_and_the_traces_apart(t
         "arrivals/profiles/plain-c256-TP-0.trace.json.gz": "trace",
         "arrivals.log": "[engine-arrivals] done\n",
     }
-    out, env = _chain_results(tmp_path, files)
-    done = subprocess.run(["bash", str(POLL), "0"], env=env, capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0
-    with tarfile.open(out / "arrivals.tgz") as tar:
-        names = set(tar.getnames())
+    out, _ = _poll_once(tmp_path, files)
+    names = _packed(out / "arrivals.tgz")
     assert {"arrivals/results.json", "arrivals/report.md", "arrivals.log"} <= names
     assert not any("profiles" in n for n in names)
-    with tarfile.open(out / "arrivals-profiles.tgz") as tar:
-        assert "arrivals/profiles/plain-c256-TP-0.trace.json.gz" in tar.getnames()
+    assert "arrivals/profiles/plain-c256-TP-0.trace.json.gz" in _packed(out / "arrivals-profiles.tgz")

@@ -67,3 +67,19 @@ def test_app_command_starts_the_app_of_another_tree_with_none_of_this_trees_modu
     )
     with pytest.raises(SystemExit, match="--app-tree .*no deployments/__main__.py"):
         app_command(tmp_path / "site")
+
+
+def test_a_target_that_does_not_answer_is_named_in_one_line(tmp_path: Path) -> None:
+    """client_sweep and client_transition print this error and exit 1 (no traceback)."""
+    import argparse
+
+    from loadtests.bench.app_session import AppSession
+    from loadtests.sweep.launcher import LauncherError
+
+    args = argparse.Namespace(target="http://127.0.0.1:9", config="deployments/examples/cpu-tiny.yaml")
+    session = AppSession(args, ["off"], tmp_path)
+    try:
+        with pytest.raises(LauncherError, match=r"no specflip app answers at http://127\.0\.0\.1:9: "):
+            session.switch("off")
+    finally:
+        session.close()
