@@ -25,6 +25,7 @@ __all__ = [
     "app_command",
     "app_variants",
     "keep_logs",
+    "settle",
     "log",
 ]
 
@@ -152,6 +153,15 @@ class AppSession:
     def _keep_replica_logs(self) -> None:
         if self._lines is not None:
             keep_logs(self._lines.log_paths, self._out / "app", "replica")
+
+
+def settle(policy: Any) -> None:
+    """Idle after a warm-up at a high level until the app's policy can have decided for low load again
+    (turning ON waits up to `on_persist_max_s` of low load, `dwell_s` after the last flip), so the first
+    measured run starts in the mode the policy gives its load, not the warm-up's."""
+    pause = policy.longest_on_wait_s + policy.dwell_s + 2 * policy.tick_s
+    log(f"app settles {pause:.1f} s after its warm-up (turning ON's wait + dwell_s + two ticks)")
+    time.sleep(pause)
 
 
 def keep_logs(paths: list[Path], folder: Path, name: str) -> list[Path]:

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from deployments.config import CPU_ENV
-from loadtests.bench.app_session import APP_VARIANTS, AppSession, add_app_args, log
+from loadtests.bench.app_session import APP_VARIANTS, AppSession, add_app_args, log, settle
 from loadtests.bench.mode_plots import plot_modes
 from loadtests.bench.sglang_bench import SglangClient, chunk_gaps, gap_ms, ms
 from loadtests.bench.sweep_plan import levels_of, pairs, plan
@@ -214,7 +214,7 @@ class Sweep:
         try:
             if self.args.warmup and variants:
                 self.warm_up(session.switch(variants[0]).url, "app")
-                self.settle()
+                settle(self.policy)
             for c, k, v in self.plan(variants):
                 served = session.switch(v)
                 self.one(served.url, v, c, k, served.referee, served.client, served.lines)
@@ -222,29 +222,13 @@ class Sweep:
             session.close()
 
     def warm_up(self, url: str, name: str) -> None:
-        """One unmeasured run of two waves at the highest level, for the app and for each raw server
-        alike: a server's first large prefill can stall (an 11-s gap in SGLang's own server's log before
-        its first 8,192-token prefill chunk on a fresh H200 host, 2026-12-04), and whichever server
-        meets it first would pay for it inside a measured run."""
-        a = self.args
-        c = max(a.concurrency)
-        started = time.monotonic()
-        self.client.run(
-            base_url=url, model=self.model_id, tokenizer=self.tokenizer, num_prompts=2 * c, max_concurrency=c,
-            random_input_len=a.input_len, random_output_len=a.output_len, random_range_ratio=1.0,
-            output_file=str(self.out / f"warmup-{name}.jsonl"), disable_tqdm=True, seed=a.seed + 1000,
-            request_rate=float("inf"),
+        """`SglangClient.warm_up` at the highest level, for the app and for each raw server alike."""
+        a, c = self.args, max(self.args.concurrency)
+        took = self.client.warm_up(
+            url, c, model=self.model_id, tokenizer=self.tokenizer, random_input_len=a.input_len,
+            random_output_len=a.output_len, output_file=str(self.out / f"warmup-{name}.jsonl"), seed=a.seed + 1000,
         )  # fmt: skip
-        log(f"{name} warm-up: {2 * c} requests at c={c} in {time.monotonic() - started:.1f} s (not measured)")
-
-    def settle(self) -> None:
-        """Idle after the app's warm-up at the highest level until its policy can have decided for
-        low load again (turning ON waits up to `on_persist_max_s` of low load, `dwell_s` after the last
-        flip), so the first measured run starts in the mode the policy gives its level, not the warm-up's."""
-        p = self.policy
-        pause = p.longest_on_wait_s + p.dwell_s + 2 * p.tick_s
-        log(f"app settles {pause:.1f} s after its warm-up (turning ON's wait + dwell_s + two ticks)")
-        time.sleep(pause)
+        log(f"{name} warm-up: {2 * c} requests at c={c} in {took:.1f} s (not measured)")
 
     def run_raw(self, variant: str) -> None:
         from loadtests.rawvsapp.referee import LogReferee

@@ -14,7 +14,10 @@ request ended (closed-loop fixed work: the run's whole duration is what a user w
 Per phase: output tokens and tok/s, duration, TTFT and TPOT percentiles, and goodput as DistServe
 defines it: requests per second that met both SLOs (TTFT <= --slo-ttft-ms and TPOT <= --slo-tpot-ms,
 the SLOs fixed before the run). The replicas' status is polled every 0.5 s across the whole run: flips
-per phase, and modes.png (mode and load over the run, phases shaded).
+per phase, and modes.png (mode and load over the run, phases shaded). Before the first variant's phases
+one unmeasured closed-loop run (`--warmup`) meets the app's cold costs and the app settles back to the
+mode its policy gives low load, as `loadtests.bench.client_sweep` does: otherwise the first variant
+(dynamic, by default) would pay them inside its phases.
 
 Writes into --out: transition.csv (workload, variant, phase, load, output_tokens, duration_s,
 tpot_p50_ms, ttft_p99_ms, goodput_rps, then the rest), results.json, status.csv, modes.png.
@@ -31,7 +34,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from loadtests.bench.app_session import add_app_args, app_variants, log
+from loadtests.bench.app_session import add_app_args, app_variants, log, settle
 from loadtests.bench.mode_plots import draw_modes
 from loadtests.bench.sglang_bench import SglangClient, ms
 from loadtests.sweep.launcher import LauncherError
@@ -106,6 +109,16 @@ def goodput_count(result: dict[str, Any], slo_ttft_ms: float, slo_tpot_ms: float
         tpot_ms = 1e3 * sum(itls) / (n - 1) if n > 1 else 0.0
         ok += 1e3 * ttft <= slo_ttft_ms and tpot_ms <= slo_tpot_ms
     return ok
+
+
+def warm_up(args: argparse.Namespace, client: SglangClient, url: str, policy: Any) -> None:
+    """Before the first variant's phases: SglangClient.warm_up at `--warmup`, then the app settles."""
+    took = client.warm_up(
+        url, args.warmup, model=args.model_id, tokenizer=args.tokenizer, random_input_len=args.input_len,
+        random_output_len=args.output_len, output_file=str(args.out / "warmup.jsonl"), seed=args.seed + 1000,
+    )  # fmt: skip
+    log(f"warm-up: {2 * args.warmup} requests at c={args.warmup} in {took:.1f} s (not measured)")
+    settle(policy)
 
 
 def run_variant(args: argparse.Namespace, client: SglangClient, served: Any, out: Path) -> list[PhaseRun]:
@@ -221,6 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--tokenizer", help="tokenizer dir (default: the config's model)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        metavar="C",
+        help="one unmeasured closed-loop run of two waves at concurrency C before the first variant, then "
+        "the app settles (default: the highest closed phase's concurrency, 256 for the open loop; 0: none)",
+    )
     add_app_args(p)
     p.add_argument("--ready-timeout", type=float, default=900.0)
     p.add_argument("--out", type=Path, default=Path("out/client_transition"))
@@ -241,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     from deployments.config import load_config
 
     config = load_config(str(args.config))
+    if args.warmup is None:
+        args.warmup = max((ph.concurrency or 0 for ph in args.phases), default=0) or 256
     log(
         f"{args.workload}-loop transition, phases {phases_text}: {sum(ph.prompts for ph in args.phases)} "
         f"prompts per variant, variants {','.join(variants)}"
@@ -252,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     client = SglangClient()
     runs: list[PhaseRun] = []
     try:
-        for served in app_variants(args, variants, args.out):
+        for i, served in enumerate(app_variants(args, variants, args.out)):
+            if i == 0 and args.warmup:  # the first variant would meet the app's cold costs alone
+                warm_up(args, client, served.url, config.policy)
             runs += run_variant(args, client, served, args.out)
             write(args, runs)
     except LauncherError as e:  # the app did not start, or --target does not answer

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any
 
 from loadtests.metrics import percentile
@@ -42,6 +43,17 @@ class SglangClient:
         args = argparse.Namespace(**{**vars(self._defaults), **overrides})
         result = self._bench.run_benchmark(args)
         return dict(result or {})
+
+    def warm_up(self, url: str, c: int, **run: Any) -> float:
+        """One unmeasured closed-loop run of two waves at concurrency `c` (`run`: the model, tokenizer,
+        lengths, seed and output file of the measured runs); its seconds. A server's first large
+        prefill can stall (an 11-s gap in SGLang's own server's log before its first 8,192-token prefill
+        chunk on a fresh H200 host, 2026-12-04): whichever server or variant met it first would pay for
+        it inside a measured run."""
+        started = time.monotonic()
+        self.run(base_url=url, num_prompts=2 * c, max_concurrency=c, random_range_ratio=1.0, disable_tqdm=True,
+                 request_rate=float("inf"), **run)  # fmt: skip
+        return time.monotonic() - started
 
 
 def ms(result: dict[str, Any], key: str) -> float | None:

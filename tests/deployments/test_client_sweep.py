@@ -149,10 +149,13 @@ def test_client_transition_runs_the_same_phases_for_each_variant(
         sys.executable, "-m", "loadtests.bench.client_transition", "--config", str(_config(tmp_path, model_pair)),
         "--target", app.base, "--workload", workload, "--phases", phases, "--variants", "dynamic,off",
         "--slo-ttft-ms", "60000", "--slo-tpot-ms", "60000", "--input-len", "12", "--output-len", "6",
-        "--out", str(out),
+        "--warmup", "3", "--out", str(out),
     ]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "warm-up: 6 requests at c=3" in done.stdout and (out / "warmup.jsonl").is_file(), done.stdout[
+        -3000:
+    ]
 
     with (out / "transition.csv").open() as fh:
         reader = csv.DictReader(fh)
