@@ -207,19 +207,19 @@ def _haproxy_env() -> str:
     host, or an HAProxy orphaned by a killed one, would already hold). What an operator set is
     kept; what another app process picked (a sweep's or a test's launcher, whose environment a
     launched `specflip serve` inherits) is picked anew, else the second HAProxy cannot bind."""
-    import socket
-
     picked = os.environ.get(_HAPROXY_PICKED, "").split()
-    if picked and picked[0] == str(os.getpid()):  # a second app in this process: the same ones
+    if picked and picked[0] == str(os.getpid()):
+        # a second app in this process: the same files, and the same ports while they are free. A port
+        # picked long ago can since be held by something else (in CI, HAProxy's metrics port: "cannot
+        # bind socket (Address already in use)", an ephemeral port by then): that one is picked anew
+        for key in _HAPROXY_KEYS[-2:]:
+            if key in picked[1:] and not _bindable(int(os.environ[key])):
+                os.environ[key] = str(_free_port())
         return os.path.dirname(os.environ[_HAPROXY_KEYS[0]])
     for key in picked[1:]:
         os.environ.pop(key, None)
     base = haproxy_folder(os.getpid())
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = [_free_port(), _free_port()]
     values = (
         f"{base}/haproxy.cfg",
         f"{base}/admin.sock",
@@ -234,6 +234,27 @@ def _haproxy_env() -> str:
         os.environ.setdefault(key, value)
     os.environ[_HAPROXY_PICKED] = " ".join([str(os.getpid()), *unset])
     return os.path.dirname(os.environ[_HAPROXY_KEYS[0]])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    """Whether HAProxy could listen on `port` now: on every address, with SO_REUSEADDR as it sets."""
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
 
 
 def haproxy_folder(pid: int) -> str:

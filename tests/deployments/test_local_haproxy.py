@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -60,6 +61,39 @@ def test_what_an_operator_set_is_kept_in_the_app_and_in_what_it_launches(clean_e
     child = _child_picks(dict(os.environ))
     assert child["RAY_SERVE_HAPROXY_STATS_PORT"] == "18404"
     assert child["RAY_SERVE_HAPROXY_METRICS_PORT"] != os.environ["RAY_SERVE_HAPROXY_METRICS_PORT"]
+
+
+def _listen(port: int) -> socket.socket:
+    """A socket listening on `port`, every address: what a port taken since looks like to HAProxy."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    s.listen()
+    return s
+
+
+def test_a_second_app_in_the_process_picks_a_port_taken_since_anew_and_keeps_the_rest(
+    clean_env: None,
+) -> None:
+    folder = local._haproxy_env()
+    first = {k: os.environ[k] for k in local._HAPROXY_KEYS}
+    with _listen(int(first["RAY_SERVE_HAPROXY_METRICS_PORT"])):
+        assert local._haproxy_env() == folder
+        now = {k: os.environ[k] for k in local._HAPROXY_KEYS}
+    assert now["RAY_SERVE_HAPROXY_METRICS_PORT"] != first["RAY_SERVE_HAPROXY_METRICS_PORT"]
+    assert local._bindable(int(now["RAY_SERVE_HAPROXY_METRICS_PORT"]))
+    assert {k: v for k, v in now.items() if k != "RAY_SERVE_HAPROXY_METRICS_PORT"} == {
+        k: v for k, v in first.items() if k != "RAY_SERVE_HAPROXY_METRICS_PORT"
+    }
+
+
+def test_a_port_the_operator_set_is_kept_even_when_taken(clean_env: None) -> None:
+    with _listen(0) as held:
+        port = str(held.getsockname()[1])
+        os.environ["RAY_SERVE_HAPROXY_STATS_PORT"] = port
+        local._haproxy_env()
+        local._haproxy_env()  # the second app in this process too: the operator's choice, not ours
+        assert os.environ["RAY_SERVE_HAPROXY_STATS_PORT"] == port and not local._bindable(int(port))
 
 
 def test_stop_haproxy_kills_the_haproxies_of_the_folders_given_and_no_other(tmp_path: Path) -> None:
