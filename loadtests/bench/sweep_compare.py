@@ -12,12 +12,12 @@ wrote fewer columns) shows as "-". Prints markdown; `--json` also writes the num
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
 from pathlib import Path
 
+from loadtests.bench import sweep_csv
 from loadtests.markdown import table
 
 __all__ = ["METRICS", "compare", "main", "render"]
@@ -33,16 +33,6 @@ Key = tuple[str, int]  # (variant, concurrency)
 Spread = dict[str, float]  # median, min, max, n
 
 
-def _csv(path: Path) -> Path:
-    """A results argument's sweep.csv: the file itself, or the one in the folder."""
-    return path / "sweep.csv" if path.is_dir() else path
-
-
-def _read(path: Path) -> list[dict[str, str]]:
-    with _csv(path).open(newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
 def _spread(values: list[float]) -> Spread | None:
     if not values:
         return None
@@ -54,7 +44,7 @@ def compare(
 ) -> dict[Key, list[dict[str, Spread | None]]]:
     """Per (variant, concurrency) of the first results, per results file in order, per metric: the
     spread over its repeats (None where that file has no such runs or no such column)."""
-    tables = [_read(p) for p in paths]
+    tables = [sweep_csv.read([p]) for p in paths]
     keys = list(dict.fromkeys((r["variant"], int(r["concurrency"])) for r in tables[0]))
     out: dict[Key, list[dict[str, Spread | None]]] = {}
     for variant, c in keys:
@@ -117,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(names) != len(args.results):
         print(f"sweep_compare: {len(names)} names for {len(args.results)} results", file=sys.stderr)
         return 2
-    missing = [str(r) for r in args.results if not _csv(r).is_file()]
+    missing = sweep_csv.missing(args.results)
     if missing:
         print(f"sweep_compare: no sweep.csv at {missing}", file=sys.stderr)
         return 2

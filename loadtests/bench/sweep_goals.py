@@ -10,19 +10,21 @@ tok/s as median [min-max] over its repeats, and the ratios the goals are set on,
 - flips after the first decision per minute in each dynamic run (`flips` less one, over the run's
   minutes), judged only in runs of at least a minute: <= 1.
 
-Every argument is a sweep.csv or a folder holding one; rows of several files pool (one host per call:
-the ratios mix nothing else). A goal whose variants did not run at a level shows "-" there, and the
+Every argument is a sweep.csv or a folder holding one; rows of several files pool, one table per value of
+the `host` column where rows carry one (runs merged from two hosts; `--pool-hosts` pools them, e.g. two
+leases of the same kind of host); files without it are taken as one host's, so give one host's files per
+call: the ratios mix nothing else. A goal whose variants did not run at a level shows "-" there, and the
 summary names the levels each goal was met at, fell short at, and was not measured at.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from pathlib import Path
 
+from loadtests.bench import sweep_csv
 from loadtests.markdown import table
 
 __all__ = ["GOALS", "goals", "main"]
@@ -35,14 +37,6 @@ GOALS: dict[str, tuple[str, tuple[str, ...], float, int]] = {
     "app OFF / raw_plain": ("off", ("raw_plain",), 0.95, 16),
 }
 VARIANTS = ("on", "off", "dynamic", "raw_eagle", "raw_plain", "sglang_adaptive")
-
-
-def _rows(paths: list[Path]) -> list[dict[str, str]]:
-    rows: list[dict[str, str]] = []
-    for p in paths:
-        with (p / "sweep.csv" if p.is_dir() else p).open(newline="") as fh:
-            rows += list(csv.DictReader(fh))
-    return rows
 
 
 def goals(rows: list[dict[str, str]]) -> dict[tuple[str, int], dict]:
@@ -115,12 +109,21 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("results", nargs="+", type=Path, help="sweep.csv files or folders holding one")
+    p.add_argument("--pool-hosts", action="store_true", help="one table over every host's rows")
     args = p.parse_args(argv)
-    missing = [str(r) for r in args.results if not (r / "sweep.csv" if r.is_dir() else r).is_file()]
+    missing = sweep_csv.missing(args.results)
     if missing:
         print(f"sweep_goals: no sweep.csv at {', '.join(missing)}", file=sys.stderr)
         return 2
-    print(render(goals(_rows(args.results))), end="")
+    rows = sweep_csv.read(args.results)
+    hosts = {"": rows} if args.pool_hosts else sweep_csv.by_host(rows)
+    if len(hosts) == 1:
+        print(render(goals(next(iter(hosts.values())))), end="")
+    else:
+        print(
+            "\n".join(f"### host {h or '(none named)'}\n\n{render(goals(r))}" for h, r in hosts.items()),
+            end="",
+        )
     return 0
 
 

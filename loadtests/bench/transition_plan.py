@@ -29,7 +29,6 @@ OFF's capacity at the high level, so static OFF keeps up and static ON falls beh
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import statistics
@@ -37,6 +36,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from loadtests.bench import sweep_csv
 from policy.types import PolicySettings
 
 __all__ = ["Rates", "balanced", "lags", "main", "open_rates", "predict", "rates_from_sweeps", "summary"]
@@ -53,14 +53,13 @@ class Rates:
 
 
 def rates_from_sweeps(paths: list[Path], low: int, high: int) -> Rates:
-    """Medians over the sweeps' rows; ValueError naming every (variant, level) without a row."""
+    """Medians over the sweeps' rows (each path a sweep.csv or a folder holding one); ValueError naming
+    the paths without a sweep.csv, or every (variant, level) without a row."""
+    if lost := sweep_csv.missing(paths):
+        raise ValueError(f"no sweep.csv at {', '.join(lost)}")
     got: dict[tuple[str, int], list[float]] = {}
-    for path in paths:
-        with path.open(newline="") as fh:
-            for row in csv.DictReader(fh):
-                got.setdefault((row["variant"], int(row["concurrency"])), []).append(
-                    float(row["output_tok_s"])
-                )
+    for row in sweep_csv.read(paths):
+        got.setdefault((row["variant"], int(row["concurrency"])), []).append(float(row["output_tok_s"]))
     need = [(v, c) for c in (low, high) for v in ("on", "off")]
     missing = [f"{v} at c={c}" for v, c in need if not got.get((v, c))]
     if missing:
@@ -135,7 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--sweep", type=Path, action="append", required=True, help="client_sweep's sweep.csv (repeatable)"
+        "--sweep",
+        type=Path,
+        action="append",
+        required=True,
+        help="client_sweep's sweep.csv or its folder (repeatable)",
     )
     p.add_argument("--config", type=Path, required=True, help="specflip config: the policy's waits")
     p.add_argument("--workload", choices=["closed", "open"], default="closed", help="as client_transition's")

@@ -64,3 +64,27 @@ def test_files_pool_and_a_missing_one_is_named(tmp_path: Path, capsys: pytest.Ca
     assert "| tree | 16 | 2,400 [2,380-2,420] (n=3) | 1,850 [1,840-1,860] (n=3) |" in capsys.readouterr().out
     assert main([str(tmp_path / "nowhere")]) == 2
     assert "no sweep.csv at" in capsys.readouterr().err
+
+
+def test_rows_of_two_hosts_are_judged_apart_unless_pooled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep.csv merged from two hosts (a `host` column): one table per host, the ratios never across
+    them; `--pool-hosts` pools them into one table."""
+    path = tmp_path / "sweep.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([*COLUMNS, "host"])
+        w.writerows([*(r + ("host1",) for r in ROWS[:6]), ("tree", "off", 16, 0, 2500, "", 30, "host2")])
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    first, second = out.split("### host host2")
+    assert (
+        first.startswith("### host host1")
+        and "| tree | 16 | 2,400 [2,380-2,420] (n=3) | 1,850 [1,840-1,860] (n=3) |" in first
+    )
+    assert "| tree | 16 | - | 2,500 | - |" in second  # host2's OFF alone: no ratio against host1's ON
+    assert "dynamic / better static >= 0.97: not measured" in second
+    assert main([str(path), "--pool-hosts"]) == 0
+    out = capsys.readouterr().out
+    assert "### host" not in out and "| 1,855 [1,840-2,500] (n=4) |" in out

@@ -89,6 +89,12 @@ def test_rates_are_medians_and_a_missing_level_is_named(tmp_path: Path) -> None:
     assert rates == Rates(520.0, 360.0, 3100.0, 5800.0)
     with pytest.raises(ValueError, match=r"on at c=8, off at c=8"):
         rates_from_sweeps([tmp_path / "a.csv"], 8, 256)
+    # a folder holding a sweep.csv (a chain's results) reads as its file; a path without one is named
+    (tmp_path / "run").mkdir()
+    _sweep(tmp_path / "run" / "sweep.csv", rows)
+    assert rates_from_sweeps([tmp_path / "run"], 2, 256) == rates
+    with pytest.raises(ValueError, match=r"no sweep.csv at .*nowhere"):
+        rates_from_sweeps([tmp_path / "run", tmp_path / "nowhere"], 2, 256)
 
 
 def test_the_command_prints_phases_client_transition_reads(tmp_path: Path, capsys) -> None:  # noqa: ANN001
