@@ -39,7 +39,7 @@ from loadtests.bench.mode_plots import draw_modes
 from loadtests.bench.sglang_bench import SglangClient, ms
 from loadtests.sweep.launcher import LauncherError
 
-__all__ = ["TRANSITION_FIRST", "Phase", "PhaseRun", "goodput_count", "main", "parse_phases"]
+__all__ = ["TRANSITION_FIRST", "Phase", "PhaseRun", "default_warmup", "goodput_count", "main", "parse_phases"]
 
 TRANSITION_FIRST = (
     "workload", "variant", "phase", "load", "output_tokens", "duration_s", "tpot_p50_ms", "ttft_p99_ms",
@@ -109,6 +109,12 @@ def goodput_count(result: dict[str, Any], slo_ttft_ms: float, slo_tpot_ms: float
         tpot_ms = 1e3 * sum(itls) / (n - 1) if n > 1 else 0.0
         ok += 1e3 * ttft <= slo_ttft_ms and tpot_ms <= slo_tpot_ms
     return ok
+
+
+def default_warmup(phases: list[Phase], batch_cap: int) -> int:
+    """`--warmup`'s default: the highest closed phase's concurrency; with only open phases, the engine's
+    batch limit (`engine.max_running_requests`), the most a high rate can put in one batch."""
+    return max((ph.concurrency or 0 for ph in phases), default=0) or batch_cap
 
 
 def warm_up(args: argparse.Namespace, client: SglangClient, url: str, policy: Any) -> None:
@@ -240,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="C",
         help="one unmeasured closed-loop run of two waves at concurrency C before the first variant, then "
-        "the app settles (default: the highest closed phase's concurrency, 256 for the open loop; 0: none)",
+        "the app settles (default: the highest closed phase's concurrency; for the open loop the config's "
+        "engine.max_running_requests; 0: none)",
     )
     add_app_args(p)
     p.add_argument("--ready-timeout", type=float, default=900.0)
@@ -263,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 
     config = load_config(str(args.config))
     if args.warmup is None:
-        args.warmup = max((ph.concurrency or 0 for ph in args.phases), default=0) or 256
+        args.warmup = default_warmup(args.phases, config.engine.max_running_requests)
     log(
         f"{args.workload}-loop transition, phases {phases_text}: {sum(ph.prompts for ph in args.phases)} "
         f"prompts per variant, variants {','.join(variants)}"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.bench.client_transition import parse_phases
+from loadtests.bench.client_transition import default_warmup, parse_phases
 from loadtests.bench.transition_plan import Rates, balanced, lags, main, predict, rates_from_sweeps, summary
 from policy.types import PolicySettings
 
@@ -143,3 +143,13 @@ def test_the_open_loop_offers_a_rate_off_keeps_up_with_and_on_does_not(tmp_path:
         assert p.rate is not None and p.prompts / p.rate >= 20.0, p
     assert json.loads((tmp_path / "open.json").read_text())["workload"] == "open"
     assert main([*args, "--low-prompts", "2", "--high-prompts", "256"]) == 2
+
+
+def test_the_warm_up_defaults_to_the_top_closed_level_or_the_engines_batch_limit() -> None:
+    """client_transition's `--warmup` default: the highest closed phase's concurrency; a run of open phases
+    only warms up at the config's engine batch limit, whatever that is, not a fixed number."""
+    closed = parse_phases("low:2x8,high:64x128,low:2x8", "closed")
+    assert default_warmup(closed, batch_cap=256) == 64
+    open_loop = parse_phases("low:4r@80,high:35r@700", "open")
+    assert default_warmup(open_loop, batch_cap=256) == 256
+    assert default_warmup(open_loop, batch_cap=16) == 16
