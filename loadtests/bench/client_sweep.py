@@ -43,7 +43,8 @@ processes on a request's way to its replica, `router_cpu_cores` (Ray's LLMRouter
 
 Writes into --out after every run: sweep.csv (shape, variant, concurrency, repeat, output_tok_s,
 ttft_p50_ms, tpot_p50_ms, flips, then the rest), results.json, status.csv, and per run SGLang's
-own JSONL line.
+own JSONL line. `--dry-run` checks the arguments and prints each server's runs in order with their
+prompts, starting nothing: a long sweep's plan read before a GPU runs it.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import itertools
 import json
 import os
 import sys
@@ -65,7 +65,7 @@ from deployments.config import CPU_ENV
 from loadtests.bench.app_session import APP_VARIANTS, AppSession, add_app_args, log, settle
 from loadtests.bench.mode_plots import plot_modes
 from loadtests.bench.sglang_bench import SglangClient, chunk_gaps, gap_ms, ms
-from loadtests.bench.sweep_plan import levels_of, pairs, plan
+from loadtests.bench.sweep_plan import levels_of, pairs, plan, servers
 from loadtests.bench.sweep_profile import DELAY_S, SECONDS, RunCpu, RunProfile, serving_pids
 from loadtests.bench.sweep_run import CSV_FIRST, SweepRun
 from loadtests.sweep.control import (
@@ -292,6 +292,22 @@ def _round(v: float | None, digits: int = 1) -> float | None:
     return None if v is None else round(v, digits)
 
 
+def dry_run(args: argparse.Namespace, variants: list[str]) -> str:
+    """`--dry-run`: each server and its runs in order with their prompts, then the totals; starts nothing."""
+    lines, runs, tokens = [], 0, 0
+    for group in servers(variants, APP_VARIANTS):
+        order = plan(group, args.concurrency, args.repeat, args.levels_of)
+        lines.append(
+            f"{'app' if group[0] in APP_VARIANTS else group[0]} ({', '.join(group)}): {len(order)} runs"
+        )
+        for c, k, v in order:
+            n = args.prompts.get(c, c * args.min_waves)
+            lines.append(f"  c={c} repeat {k} {v}: {n} prompts")
+            runs, tokens = runs + 1, tokens + n * args.output_len
+    lines.append(f"{runs} runs, {tokens:,} output tokens")
+    return "\n".join(lines) + "\n"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m loadtests.bench.client_sweep",
@@ -344,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", type=Path, default=Path("out/client_sweep"))
     p.add_argument("--replot", action="store_true", help="only redraw modes.png from --out's status.csv")
+    p.add_argument(
+        "--dry-run", action="store_true", help="check the arguments, print the runs in order, start nothing"
+    )
     return p
 
 
@@ -358,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(variants) - set(APP_VARIANTS) - set(RAW_VARIANTS)
     try:
         args.prompts = pairs(args.prompts)
+        if stray := sorted(set(args.prompts) - set(args.concurrency)):  # a typo would size nothing
+            unknown.add(f"--prompts at {','.join(map(str, stray))}, not a level of --concurrency")
     except ValueError:
         unknown.add(f"--prompts {args.prompts}")
     try:
@@ -372,17 +393,18 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not args.concurrency:
         print(f"client_sweep: unknown {sorted(unknown)} (or no --concurrency)", file=sys.stderr)
         return 2
+    app = [v for v in variants if v in APP_VARIANTS]
+    if args.dry_run:
+        print(dry_run(args, variants), end="")
+        return 0
     sweep = Sweep(args)
     started = time.monotonic()
-    app = [v for v in variants if v in APP_VARIANTS]
-    # app variants that follow each other share one app start; each raw variant starts its own server
     try:
-        for is_app, group in itertools.groupby(variants, key=lambda v: v in APP_VARIANTS):
-            if is_app:
-                sweep.run_app(list(group))
+        for group in servers(variants, APP_VARIANTS):
+            if group[0] in APP_VARIANTS:
+                sweep.run_app(group)
             else:
-                for v in group:
-                    sweep.run_raw(v)
+                sweep.run_raw(group[0])
     except LauncherError as e:  # the app did not start, or --target does not answer: the runs so far stay
         print(f"client_sweep: {e}", file=sys.stderr)
         return 1

@@ -3,7 +3,9 @@ when, at which levels, with how many prompts."""
 
 from __future__ import annotations
 
-__all__ = ["levels_of", "pairs", "plan", "rotated"]
+from collections.abc import Collection
+
+__all__ = ["levels_of", "pairs", "plan", "rotated", "servers"]
 
 
 def rotated(variants: list[str], k: int) -> list[str]:
@@ -38,6 +40,18 @@ def plan(
         for k in range(repeat)
         for v in rotated([v for v in variants if c in only.get(v, [c])], k)
     ]
+
+
+def servers(variants: list[str], app_variants: Collection[str]) -> list[list[str]]:
+    """The variants grouped by the server they run on, in order: app variants that follow each other share
+    one app start (switched by override), each other variant starts its own server."""
+    out: list[list[str]] = []
+    for v in variants:
+        if v in app_variants and out and out[-1][0] in app_variants:
+            out[-1].append(v)
+        else:
+            out.append([v])
+    return out
 
 
 def pairs(text: str) -> dict[int, int]:

@@ -4,9 +4,12 @@ first at a level once (`rotated`: a variant's place is not confounded with the v
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from loadtests.bench.sweep_plan import levels_of, plan, rotated
+from loadtests.bench.client_sweep import main
+from loadtests.bench.sweep_plan import levels_of, plan, rotated, servers
 
 
 def test_each_variant_leads_one_repeat_and_every_repeat_runs_them_all() -> None:
@@ -41,3 +44,31 @@ def test_levels_of_names_what_it_cannot_run(item: str) -> None:
     with pytest.raises(ValueError, match="--levels-of"):
         levels_of([item], ["off", "raw_plain"], [256, 8])
     assert levels_of(["raw_plain=256, 8"], ["raw_plain"], [256, 8]) == {"raw_plain": [8, 256]}
+
+
+def test_app_variants_in_a_row_share_a_server_and_each_raw_one_starts_its_own() -> None:
+    app = ("on", "off", "dynamic")
+    assert servers(["raw_plain", "off", "on", "raw_eagle", "dynamic"], app) == [
+        ["raw_plain"], ["off", "on"], ["raw_eagle"], ["dynamic"],
+    ]  # fmt: skip
+    assert servers(["raw_plain", "raw_eagle"], app) == [["raw_plain"], ["raw_eagle"]]
+    assert servers([], app) == []
+
+
+def test_the_dry_run_prints_each_servers_runs_and_starts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "never"
+    args = ["--config", "deployments/examples/h200-dummy8b-tree.yaml", "--variants", "raw_plain,off,on"]
+    args += ["--concurrency", "256,8", "--repeat", "2", "--prompts", "256=1088", "--out", str(out)]
+    assert main([*args, "--dry-run"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "raw_plain (raw_plain): 4 runs" and printed[5] == "app (off, on): 8 runs"
+    assert printed[1] == "  c=256 repeat 0 raw_plain: 1088 prompts"
+    assert printed[4] == "  c=8 repeat 1 raw_plain: 32 prompts"  # --min-waves 4 where --prompts is silent
+    assert printed[6:8] == ["  c=256 repeat 0 off: 1088 prompts", "  c=256 repeat 0 on: 1088 prompts"]
+    assert printed[-1] == f"12 runs, {(3 * 2 * 1088 + 3 * 2 * 32) * 128:,} output tokens"
+    assert not out.exists()
+    # a --prompts level that is not swept is a typo, named
+    assert main([*args, "--prompts", "265=1088", "--dry-run"]) == 2
+    assert "--prompts at 265, not a level of --concurrency" in capsys.readouterr().err
