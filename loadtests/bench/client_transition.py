@@ -19,6 +19,8 @@ one unmeasured closed-loop run (`--warmup`) meets the app's cold costs and the a
 mode its policy gives low load, as `loadtests.bench.client_sweep` does: otherwise the first variant
 (dynamic, by default) would pay them inside its phases.
 
+`--dry-run` checks the arguments and prints the phases, starting nothing.
+
 Writes into --out: transition.csv (workload, variant, phase, load, output_tokens, duration_s,
 tpot_p50_ms, ttft_p99_ms, goodput_rps, then the rest), results.json, status.csv, modes.png.
 """
@@ -250,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
         "engine.max_running_requests; 0: none)",
     )
     add_app_args(p)
+    p.add_argument(
+        "--dry-run", action="store_true", help="check the arguments, print the phases, start nothing"
+    )
     p.add_argument("--ready-timeout", type=float, default=900.0)
     p.add_argument("--out", type=Path, default=Path("out/client_transition"))
     return p
@@ -275,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.workload}-loop transition, phases {phases_text}: {sum(ph.prompts for ph in args.phases)} "
         f"prompts per variant, variants {','.join(variants)}"
     )
+    if args.dry_run:
+        for i, ph in enumerate(args.phases):
+            load = f"{ph.rate:g} requests/s" if ph.rate is not None else f"at most {ph.concurrency} in flight"
+            print(f"phase {i} {ph.load}: {ph.prompts} prompts, {load}")
+        print(f"variants {', '.join(variants)}; warm-up at c={args.warmup}")
+        return 0
     args.model_id = config.model.id
     args.tokenizer = args.tokenizer or config.model.tokenizer_path or config.model.path
     args.status_rows = []

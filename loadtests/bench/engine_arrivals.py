@@ -361,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--settle", type=float, default=2.0, help="seconds after a level starts before its steady window"
     )
+    p.add_argument(
+        "--dry-run", action="store_true", help="check the arguments, print the runs, start nothing"
+    )
     a = p.parse_args(argv)
     variants = [v for v in a.variants.split(",") if v]
     if a.repeat < 1 or a.profile_steps < 0:
@@ -374,6 +377,16 @@ def main(argv: list[str] | None = None) -> int:
     from deployments.config import load_config
 
     config = load_config(str(a.config))
+    if a.dry_run:
+        engines = [k for k in SGLANG_ENGINES if k in variants]
+        spec = [v for v in VARIANTS if v in variants and v not in SGLANG_ENGINES]
+        print(f"engines: {', '.join(engines + (['specflip (' + ', '.join(spec) + ')'] if spec else []))}")
+        print(
+            f"levels {','.join(map(str, concurrency))}: {a.requests_per_user} requests per user, {a.input_len} "
+            f"tokens in, {a.output_len} out (spread {a.output_spread}), {a.repeat} run(s) each"
+            + (f", one more profiled over {a.profile_steps} steps" if a.profile_steps else "")
+        )
+        return 0
     vocab = prepare_process(config)
     levels = {
         c: make_requests(c, a.requests_per_user, a.input_len, a.output_len, a.output_spread, vocab)

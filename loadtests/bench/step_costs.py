@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--refit", type=Path, metavar="RESULTS_JSON", help="fit an earlier run's measurements again"
     )
+    p.add_argument(
+        "--dry-run", action="store_true", help="check the arguments, print the runs, start nothing"
+    )
     a = p.parse_args(argv)
     if a.refit:
         from deployments.config import load_config
@@ -140,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
             "step_costs: the config has no draft model (model.draft_path): nothing to fit ON", file=sys.stderr
         )
         return 2
+    if a.dry_run:
+        print(
+            f"ON then OFF at batches {','.join(map(str, batches))}, {a.requests_per_user} requests per slot"
+        )
+        return 0
     vocab = prepare_process(config)
     from patched_worker.engine import SpecFlipEngine
 
