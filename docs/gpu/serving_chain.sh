@@ -1,4 +1,13 @@
 #!/usr/bin/env bash
+# bash reads a script while it runs it: a device command that copies the working tree onto the host
+# again, or an edit, would change the lines not yet read (seen on CPU: a syntax error mid-chain). Run
+# from a copy taken now, before anything else is read.
+if [ -z "${CHAIN_SCRIPT_COPY:-}" ]; then
+  CHAIN_SCRIPT_COPY=$(mktemp "${TMPDIR:-/tmp}/serving_chain.XXXXXX") && cp "$0" "$CHAIN_SCRIPT_COPY" || exit 2
+  export CHAIN_SCRIPT_COPY
+  exec bash "$CHAIN_SCRIPT_COPY" "$@"
+fi
+rm -f "$CHAIN_SCRIPT_COPY" && unset CHAIN_SCRIPT_COPY  # bash holds it open: read to the end all the same
 # The serving-speed run of docs/benchmarks.md ("Serving at engine speed"), detached on a GPU host:
 # the app on its default data path vs SGLang's own server (plain and EAGLE-3), both clients against
 # the engine's own count. Runs from a source checkout with nothing installed but the wheel bundle
@@ -17,6 +26,8 @@
 #   name, and Ray is never stopped host-wide.
 #
 # Settings (environment; the defaults are the H200 run):
+#   CHAIN_BLOCK     a file of the settings below (docs/gpu/blocks/*.env: one GPU block's measurements,
+#                   sized to fit one lease), read first: its assignments replace the environment's
 #   CHAIN_RESULTS   results folder (default /tmp/persist/results/serving)
 #   CHAIN_CONFIG    specflip config of the app and the raw servers
 #   CHAIN_TOKENIZER tokenizer folder for the 8B shapes (default /tmp/persist/tok)
@@ -60,6 +71,13 @@
 #                   host's own caches into $CHAIN_RESULTS/jit at the end; serving_poll.sh copies them to $OUT.
 set -u
 cd "$1" || exit 2
+if [ -n "${CHAIN_BLOCK:-}" ]; then
+  set -a
+  # shellcheck disable=SC1090  # the block named
+  source "$CHAIN_BLOCK" || { echo "[chain] cannot read the settings in $CHAIN_BLOCK" >&2; exit 2; }
+  set +a
+  echo "[chain] settings from $CHAIN_BLOCK: $(sed -n 's/^\([A-Z_]*\)=.*/\1/p' "$CHAIN_BLOCK" | tr '\n' ' ')"
+fi
 R=${CHAIN_RESULTS:-/tmp/persist/results/serving}
 case $R in /*) ;; *) R=$PWD/$R ;; esac  # the steps run from a copy of the code (SRC below)
 CONFIG=${CHAIN_CONFIG:-deployments/examples/h200-dummy8b-serving.yaml}
