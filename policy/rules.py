@@ -9,7 +9,9 @@ No ray, torch or sglang; the clock is the `now` argument. One call is one tick:
    speculation ON: `on_persist_s`, at least `persist_s`, and twice the longest dip that high load
    ended in the last minute, up to `on_persist_max_s`) is not acted on, and one inside the dwell
    time is held. A dip runs from an idle tick to the next tick where the rule prefers OFF: a
-   closed-loop client's gap between waves, which a slow client stretches to seconds.
+   closed-loop client's gap between waves, which a slow client stretches to seconds; it is one idle
+   stretch (light load that comes and goes is not a gap). A wish under way outlasts a tick inside
+   the goodput margin (the other mode still predicted at least as good); the flip needs the margin.
 2. Fleet limits over the wishes: OFF flips go first (they relieve overload), then the
    larger gaps; at most `max_flips_per_tick`; an OFF flip that would leave fewer than
    `min_on_replicas` fresh replicas ON is held (the least-loaded stay ON); if still short,
@@ -109,7 +111,12 @@ def decide(
         on_gap, off_gap = config.low - load, load - config.high
     gap = np.where(desired, off_gap, on_gap)
     raw_wish = auto & (gap >= 0.0)
-    since = np.where(raw_wish, np.where(np.isnan(prev.wish_since), now, prev.wish_since), np.nan)
+    # a wish under way outlasts a tick inside the goodput margin (the other mode still predicted at least
+    # as good): a light load's passing burst near the crossover does not start the wait over; a tick
+    # that prefers the desired mode does, and the flip itself still needs the margin
+    slack = config.goodput_margin if config.rule is Rule.GOODPUT else 0.0
+    held = auto & ~np.isnan(prev.wish_since) & (gap + slack >= 0.0)
+    since = np.where(raw_wish | held, np.where(np.isnan(prev.wish_since), now, prev.wish_since), np.nan)
     low_since, dip_s, dip_at = _dips(prev, auto & (load <= 0), auto & (off_gap >= 0.0), now, config)
     # asymmetric: a wish to go ON (desired OFF now) must outlast the dip between closed-loop waves
     learned = np.maximum(config.on_persist_s, np.minimum(_DIP_FACTOR * dip_s, config.on_persist_max_s))
@@ -159,6 +166,7 @@ def decide(
         flips=frozen(flips),
         wish_since=frozen(since),
         low_since=frozen(low_since),
+        idle=frozen(auto & (load <= 0)),
         dip_s=frozen(dip_s),
         dip_at=frozen(dip_at),
         reason=frozen(reason),
@@ -174,10 +182,16 @@ def _dips(
 ) -> tuple[Floats, Floats, Floats]:
     """(low_since, dip_s, dip_at) after this tick. A dip starts at an idle tick (nothing running or
     waiting) and ends at the next tick where the rule prefers OFF: the gap between two waves of a
-    closed-loop client (a falling load without an idle tick is not one). The longest dip of the last
-    `_DIP_MEMORY_S` is kept; one longer than `on_persist_max_s` was a low phase, not a gap."""
+    closed-loop client (a falling load without an idle tick is not one). Busy ticks in between end
+    it unless one alone leads straight into the wave. The longest dip of the last `_DIP_MEMORY_S` is
+    kept; one longer than `on_persist_max_s` was a low phase, not a gap."""
     started = prev.low_since
-    low_since = np.where(prefer_off, np.nan, np.where(idle & np.isnan(started), now, started))
+    # a gap is one idle stretch up to the wave that ends it (one tick of the wave arriving allowed):
+    # load that comes and goes without OFF preferred (two busy ticks in a row, or idle again after
+    # one) is light traffic, and only the last idle stretch before a wave can be its gap
+    light = ~idle & ~prefer_off & ~prev.idle
+    restart = idle & (np.isnan(started) | ~prev.idle)
+    low_since = np.where(prefer_off | light, np.nan, np.where(restart, now, started))
     length = np.where(prefer_off & ~np.isnan(started), now - started, 0.0)
     ended = (length > 0) & (length <= config.on_persist_max_s)
     live = prev.dip_at >= now - _DIP_MEMORY_S  # NaN: none

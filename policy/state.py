@@ -31,6 +31,7 @@ _FILLS = {
     "flips": 0,
     "wish_since": np.nan,
     "low_since": np.nan,
+    "idle": False,
     "dip_s": 0.0,
     "dip_at": np.nan,
     "reason": _NEW,
@@ -65,6 +66,7 @@ class PolicyState:
     flips: Ints = field(default_factory=lambda: _empty(np.int64))
     wish_since: Floats = field(default_factory=lambda: _empty(float))  # NaN: the rule wants no flip
     low_since: Floats = field(default_factory=lambda: _empty(float))  # NaN: no gap under way
+    idle: Bools = field(default_factory=lambda: _empty(bool))  # nothing running or waiting at the last tick
     dip_s: Floats = field(default_factory=lambda: _empty(float))  # longest recent dip (0: none)
     dip_at: Floats = field(default_factory=lambda: _empty(float))  # when it ended (NaN: none)
     reason: Ints = field(default_factory=lambda: _empty(np.int64))  # index into REASONS

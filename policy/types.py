@@ -233,7 +233,8 @@ class PolicySettings(Settings):
         description="A wish to turn speculation back ON must hold this many seconds over consecutive "
         "ticks (at least persist_s) before it acts: between two waves of a closed-loop client a "
         "replica's load dips to ~0 for a moment, which is not low load. Turning OFF waits only "
-        "persist_s, so relief under load stays prompt.",
+        "persist_s, so relief under load stays prompt. A tick where ON is still predicted at least "
+        "as good, inside goodput_margin, does not break the wish.",
     )
     on_persist_max_s: float = Field(
         default=10.0,

@@ -425,6 +425,66 @@ def test_learned_gaps_are_bounded_and_forgotten() -> None:
     drive_one(config, rows)
 
 
+def test_light_traffic_before_a_wave_is_not_learned_as_a_gap() -> None:
+    """Open-loop light load comes and goes (idle, a few requests, idle again): only its last idle stretch
+    before the load the rule turns OFF for can be a gap, so the ON wait after it stays on_persist_s."""
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0)
+    drive_one(
+        config,
+        [
+            (0.0, 9, OFF, FLIP),
+            (0.5, 0, OFF, HOLD),  # idle
+            (1.0, 2, OFF, HOLD),  # a request or two ...
+            (1.5, 3, OFF, HOLD),  # ... and more: light traffic, no gap under way
+            (2.0, 0, OFF, HOLD),  # idle again
+            (2.5, 2, OFF, HOLD),
+            (3.0, 0, OFF, HOLD),  # the last idle stretch starts here
+            (3.5, 9, OFF, HOLD),  # the wave: a gap of 0.5 s (3.0 s counted from 0.5 would wait 6 s)
+            (4.0, 0, OFF, HOLD),
+            (6.5, 0, OFF, HOLD),
+            (7.0, 0, ON, FLIP),  # on_persist_s after the load fell
+        ],
+    )
+
+
+def test_a_gap_whose_next_wave_takes_a_tick_to_arrive_is_learned() -> None:
+    config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0)
+    drive_one(
+        config,
+        [
+            (0.0, 9, OFF, FLIP),
+            (0.5, 0, OFF, HOLD),  # idle: the gap starts
+            (2.5, 0, OFF, HOLD),
+            (3.0, 2, OFF, HOLD),  # the next wave's first requests
+            (3.5, 9, OFF, HOLD),  # and the rest: a gap of 3 s, window 6 s
+            (4.0, 0, OFF, HOLD),
+            (7.0, 0, OFF, HOLD),  # 3 s: not yet
+            (10.0, 0, ON, FLIP),
+        ],
+    )
+
+
+def test_a_wish_to_turn_on_outlasts_a_tick_inside_the_goodput_margin() -> None:
+    # Default priors, accept 3 (as above): ON predicted 13% better at batch 18, 8% at 20, 8% worse at 30.
+    config = PolicyConfig(rule=Rule.GOODPUT, goodput_margin=0.10, dwell_s=0)
+    drive_one(
+        config,
+        [
+            (0, 64, OFF, FLIP),
+            (1, 1, OFF, HOLD),  # the wish to turn ON starts
+            (2, 20, OFF, HOLD),  # a burst: ON still 8% better, inside the margin: the wish holds
+            (3, 1, OFF, HOLD),
+            (4, 1, ON, FLIP),  # 3 s after it started
+            (5, 64, OFF, FLIP),
+            (6, 1, OFF, HOLD),
+            (7, 30, OFF, HOLD),  # OFF predicted better (inside the margin too): the wish starts over
+            (8, 1, OFF, HOLD),
+            (10, 1, OFF, HOLD),
+            (11, 1, ON, FLIP),
+        ],
+    )
+
+
 def test_with_on_persist_s_zero_nothing_is_learned() -> None:
     config = PolicyConfig(rule=Rule.THRESHOLD, high=4, low=1, dwell_s=0, on_persist_s=0)
     drive_one(config, [(0.0, 9, OFF, FLIP), (0.5, 0, ON, FLIP), (4.5, 9, OFF, FLIP), (5.0, 0, ON, FLIP)])
