@@ -21,9 +21,10 @@ would be shorter than `--min-phase-s`. Prompts are whole waves (multiples of the
 `--phases` argument of `loadtests.bench.client_transition`, the prediction per phase and variant, and
 the ratio the run should show; `--json` writes the same.
 
-`--workload open` plans the open loop instead (Poisson arrivals, each phase `--min-phase-s` long): the
-low phases at the rate the low level's closed loop ran at ON, the high ones halfway between ON's and
-OFF's capacity at the high level, so static OFF keeps up and static ON falls behind (how far is printed).
+`--workload open` plans the open loop instead (Poisson arrivals, each high phase `--min-phase-s` long, each
+low one `--low-phase-s`): the low phases at the rate the low level's closed loop ran at ON, the high ones
+halfway between ON's and OFF's capacity at the high level, so static OFF keeps up and static ON falls
+behind (how far is printed). `loadtests.bench.transition_sim` runs such a plan in the fleet simulator.
 """
 
 from __future__ import annotations
@@ -146,6 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--high", type=int, default=256, help="concurrency of the high phases (256)")
     p.add_argument("--pattern", default="low,high,low,high,low", help="the phases in order")
     p.add_argument("--min-phase-s", type=float, default=20.0, help="shortest phase, in its faster mode (20)")
+    p.add_argument(
+        "--low-phase-s",
+        type=float,
+        default=40.0,
+        help="open loop: seconds of arrivals in each low phase (40; the high ones last --min-phase-s): "
+        "dynamic's wait to turn ON after a high phase is a fixed cost per transition, ~4.5 s with the "
+        "shipped policy, which loadtests.bench.transition_sim puts at 0.95-1.0x static ON's TPOT p50 "
+        "over a 20-s low phase and 0.98-1.0x over a 40-s one",
+    )
     p.add_argument("--output-len", type=int, default=128, help="tokens per request, as the sweep's (128)")
     p.add_argument(
         "--low-prompts", type=int, help="predict this design instead of balancing (with --high-prompts)"
@@ -206,7 +216,8 @@ def _closed(args: argparse.Namespace, pattern: list[str], rates: Rates, policy: 
 def _open(args: argparse.Namespace, pattern: list[str], rates: Rates) -> dict:
     low_rps, high_rps = open_rates(rates, args.output_len)
     rps = {"low": low_rps, "high": high_rps}
-    prompts = {load: math.ceil(r * args.min_phase_s) for load, r in rps.items()}
+    seconds = {"low": args.low_phase_s, "high": args.min_phase_s}
+    prompts = {load: math.ceil(r * seconds[load]) for load, r in rps.items()}
     phases = ",".join(f"{ph}:{rps[ph]:g}r@{prompts[ph]}" for ph in pattern)
     capacity = {"low": (rates.on_low, rates.off_low), "high": (rates.on_high, rates.off_high)}
     print(f"--phases {phases}")

@@ -139,8 +139,9 @@ def test_the_open_loop_offers_a_rate_off_keeps_up_with_and_on_does_not(tmp_path:
     assert main([*args, "--json", str(tmp_path / "open.json")]) == 0
     phases = parse_phases(capsys.readouterr().out.splitlines()[0].removeprefix("--phases "), "open")
     assert [p.load for p in phases] == PATTERN
-    for p in phases:  # each phase lasts at least 20 s of arrivals
-        assert p.rate is not None and p.prompts / p.rate >= 20.0, p
+    for p in phases:  # each high phase lasts at least 20 s of arrivals, each low one 40 s
+        assert p.rate is not None and p.prompts / p.rate >= (40.0 if p.load == "low" else 20.0), p
+        assert p.prompts / p.rate < (41.0 if p.load == "low" else 21.0), p
     assert json.loads((tmp_path / "open.json").read_text())["workload"] == "open"
     assert main([*args, "--low-prompts", "2", "--high-prompts", "256"]) == 2
 
