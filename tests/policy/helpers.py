@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from policy.types import Observation, Override, SpecMode
+from policy.rules import decide
+from policy.state import PolicyState
+from policy.types import Observation, Override, PolicyConfig, Reason, SpecMode
 
-__all__ = ["obs"]
+__all__ = ["drive_one", "obs"]
 
 
 def obs(
@@ -33,3 +35,18 @@ def obs(
         mode_age_s=mode_age_s,
         override=override,
     )
+
+
+def drive_one(
+    config: PolicyConfig, rows: list[tuple[float, int, SpecMode, Reason]], start: SpecMode = SpecMode.ON
+) -> None:
+    """One replica, tick by tick: (now, load) in, (desired, reason) out; a flip emits exactly one action."""
+    state, mode = PolicyState(), start
+    for now, load, want, why in rows:
+        actions, state = decide([obs("r", load, at=now, mode=mode)], state, config, now)
+        got = state.replicas["r"]
+        assert (got.desired, got.reason) == (want, why), f"tick at t={now}, load={load}"
+        assert len(actions) == (1 if got.desired is not mode else 0), f"tick at t={now}"
+        if actions:
+            assert actions[0].enabled is (want is SpecMode.ON) and actions[0].reason
+        mode = got.desired
