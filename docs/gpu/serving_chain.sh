@@ -62,7 +62,8 @@ rm -f "$CHAIN_SCRIPT_COPY" && unset CHAIN_SCRIPT_COPY  # bash holds it open: rea
 #                   "tests/patched_worker/test_gpu_production.py"; carry models/tiny), run with -m gpu
 #                   after the engines-alone step and before the fit, sweep and transitions; their reports
 #                   go to $CHAIN_RESULTS/gpu_tests. A failure is logged and the chain goes on (the
-#                   measurements after it do not depend on it)
+#                   measurements after it do not depend on it). SPECFLIP_GPU_ATTENTION sets their attention
+#                   backend only: every other step runs the config's
 #   CHAIN_RAWVSAPP=skip  no rawvsapp step
 #   CHAIN_ENV_SH    a file to source first (default: the bundle's .gpu-bundle/device/env.sh, if present)
 #   CHAIN_JIT       kernels compiled on an earlier host (default .gpu-jit: flashinfer-cache.tgz,

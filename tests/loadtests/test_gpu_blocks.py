@@ -26,7 +26,7 @@ from loadtests.bench.sweep_plan import pairs
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = sorted((ROOT / "docs" / "gpu" / "blocks").glob("*.env"))
 CHAIN_NAMES = set(re.findall(r"\bCHAIN_[A-Z_]+\b", (ROOT / "docs" / "gpu" / "serving_chain.sh").read_text()))
-OTHER_NAMES = {"SPECFLIP_GPU_ATTENTION"}  # read by deployments/engine_args
+OTHER_NAMES = {"SPECFLIP_GPU_ATTENTION"}  # the GPU correctness test's attention backend
 MIN_RUN_S = {"transition-open.env": 60.0}  # its sweep: the minute-long steady runs; the rest 20 s
 
 
