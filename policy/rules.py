@@ -117,7 +117,8 @@ def decide(
     slack = config.goodput_margin if config.rule is Rule.GOODPUT else 0.0
     held = auto & ~np.isnan(prev.wish_since) & (gap + slack >= 0.0)
     since = np.where(raw_wish | held, np.where(np.isnan(prev.wish_since), now, prev.wish_since), np.nan)
-    low_since, dip_s, dip_at = _dips(prev, auto & (load <= 0), auto & (off_gap >= 0.0), now, config)
+    idle = auto & (load <= 0)
+    low_since, dip_s, dip_at = _dips(prev, idle, auto & (off_gap >= 0.0), now, config)
     # asymmetric: a wish to go ON (desired OFF now) must outlast the dip between closed-loop waves
     learned = np.maximum(config.on_persist_s, np.minimum(_DIP_FACTOR * dip_s, config.on_persist_max_s))
     on_persist = learned if config.on_persist_s > 0 else np.zeros(n)
@@ -166,7 +167,7 @@ def decide(
         flips=frozen(flips),
         wish_since=frozen(since),
         low_since=frozen(low_since),
-        idle=frozen(auto & (load <= 0)),
+        idle=frozen(idle),
         dip_s=frozen(dip_s),
         dip_at=frozen(dip_at),
         reason=frozen(reason),

@@ -23,7 +23,7 @@ from typing import Any
 
 from loadtests.markdown import table
 
-__all__ = ["main", "verdicts"]
+__all__ = ["main", "verdicts", "within"]
 
 WHOLE_RUN = 1.15  # closed loop: dynamic's whole run over the better static mode's
 IN_PHASE = 0.05  # either loop: dynamic within this of the better static mode inside each phase
@@ -32,6 +32,14 @@ IN_PHASE = 0.05  # either loop: dynamic within this of the better static mode in
 def _read(path: Path) -> list[dict[str, str]]:
     with (path / "transition.csv" if path.is_dir() else path).open(newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+def within(load: str, on: float, off: float, dynamic: float) -> bool:
+    """Inside one phase, dynamic within IN_PHASE of the better static mode: TPOT p50 in a low phase
+    (<= 1.05x the lower), output tok/s in a high one (>= 0.95x the higher)."""
+    if load == "low":
+        return dynamic <= (1 + IN_PHASE) * min(on, off)
+    return dynamic >= (1 - IN_PHASE) * max(on, off)
 
 
 def verdicts(rows: list[dict[str, str]]) -> dict[str, Any]:
@@ -46,17 +54,12 @@ def verdicts(rows: list[dict[str, str]]) -> dict[str, Any]:
     for i in sorted({int(r["phase"]) for r in rows}):
         got = {v: by.get((v, i)) for v in ("on", "off", "dynamic")}
         load = next(r["load"] for r in got.values() if r is not None)
-        within = None
+        within_ = None
         present = [r for r in got.values() if r is not None and r["tpot_p50_ms"] and r["output_tok_s"]]
         if len(present) == 3:
-            on, off, dyn = present  # in the order on, off, dynamic
-            if load == "low":  # latency: TPOT p50 against the lower
-                best = min(float(on["tpot_p50_ms"]), float(off["tpot_p50_ms"]))
-                within = float(dyn["tpot_p50_ms"]) <= (1 + IN_PHASE) * best
-            else:  # throughput: output tok/s against the higher
-                best = max(float(on["output_tok_s"]), float(off["output_tok_s"]))
-                within = float(dyn["output_tok_s"]) >= (1 - IN_PHASE) * best
-        phases.append({"phase": i, "load": load, "runs": got, "within": within})
+            key = "tpot_p50_ms" if load == "low" else "output_tok_s"  # latency low, throughput high
+            within_ = within(load, *(float(r[key]) for r in present))  # in the order on, off, dynamic
+        phases.append({"phase": i, "load": load, "runs": got, "within": within_})
     whole_x = min(whole["on"], whole["off"]) / whole["dynamic"] if have_all and closed else None
     return {"whole_s": whole, "whole_x": whole_x, "phases": phases, "closed": closed}
 
